@@ -69,10 +69,12 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
+#include "functions/sk_read_step_32.cuh"
+#include "functions/sk_read_step_33.cuh"
 #include "functions/sk_race_part.cuh"
 #include "functions/sk_histogram_part.cuh"
-#include "functions/sk_read_step_32.cuh"
-#include "functions/sk_for_each_read.cuh"
+#include "functions/sk_read_step_34.cuh"
+#include "functions/sk_read_step_35.cuh"
 #include "functions/sk_place_cut.cuh"
 #include "functions/sk_histogram_part_2.cuh"
 #include "functions/sk_read_part.cuh"
@@ -123,11 +125,96 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_keys[i] = 0u;
+                    part_keys[i] = 4286578688u;
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
-                    sk_for_each_read(i0, n_cols, base, col_lo, temp, m);
+                    // built by kernels::filter_values::for_each_read
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float zx1 = (0.0f);
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float zx2 = (0.0f);
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float zx3 = (0.0f);
+                    unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
+                    float zx4 = (0.0f);
+                    unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                    float zx5 = (0.0f);
+                    unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                    float zx6 = (0.0f);
+                    unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                    float zx7 = (0.0f);
+                    unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                    float zx8 = (0.0f);
+                    unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                    float zx9 = (0.0f);
+                    unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                    float zx10 = (0.0f);
+                    unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                    float zx11 = (0.0f);
+                    unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                    float zx12 = (0.0f);
+                    unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                    float zx13 = (0.0f);
+                    unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                    float zx14 = (0.0f);
+                    unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                    float zx15 = (0.0f);
+                    if ((li15 < n_cols)) {
+                        sk_read_step_34(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                    } else {
+                        sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                    }
+                    {
+                        sk_read_step_33(zx0, temp, li0, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx1, temp, li1, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx2, temp, li2, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx3, temp, li3, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx4, temp, li4, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx5, temp, li5, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx6, temp, li6, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx7, temp, li7, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx8, temp, li8, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx9, temp, li9, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx10, temp, li10, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx11, temp, li11, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx12, temp, li12, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx13, temp, li13, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx14, temp, li14, n_cols, m);
+                    }
+                    {
+                        sk_read_step_33(zx15, temp, li15, n_cols, m);
+                    }
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
@@ -225,14 +312,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e140 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e140 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e140 + 4u)]));
-                            const float sk_e143 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e141 = ((sk_e143 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e142 = (sk_e143 - mp_mx);
-                            const bool sk_e144 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e145 ? sk_e141 : (sk_e144 ? (0.0f) : sk_exp(sk_e142))) > (0.0f)) && ((sk_e145 ? sk_e141 : (sk_e144 ? (0.0f) : sk_exp(sk_e142))) >= mp)))) {
+                            const unsigned int sk_e141 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e141 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e141 + 4u)]));
+                            const float sk_e144 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e142 = ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e143 = (sk_e144 - mp_mx);
+                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e146 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) > (0.0f)) && ((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -59,8 +59,8 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_race_part_2.cuh"
 #include "functions/sk_histogram_part_3.cuh"
-#include "functions/sk_read_step_33.cuh"
-#include "functions/sk_for_each_read_2.cuh"
+#include "functions/sk_read_step_36.cuh"
+#include "functions/sk_read_step_37.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_histogram_part_4.cuh"
 #include "functions/sk_read_part_2.cuh"
@@ -111,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_keys[i] = 0u;
+                    part_keys[i] = 2147483648u;
                 }
                 if ((threadIdx.x < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
@@ -119,7 +119,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    sk_for_each_read_2(i0, n_cols, base, col_lo, m);
+                    // built by kernels::filter_values::for_each_read
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float zx1 = (0.0f);
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float zx2 = (0.0f);
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float zx3 = (0.0f);
+                    if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int zx_at = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                        zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                        zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        const bool sk_e2 = (li0 < n_cols);
+                        zx0 = (sk_e2 ? sk_load_x(((base + col_lo) + (sk_e2 ? li0 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e3 = (li1 < n_cols);
+                        zx1 = (sk_e3 ? sk_load_x(((base + col_lo) + (sk_e3 ? li1 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e4 = (li2 < n_cols);
+                        zx2 = (sk_e4 ? sk_load_x(((base + col_lo) + (sk_e4 ? li2 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e5 = (li3 < n_cols);
+                        zx3 = (sk_e5 ? sk_load_x(((base + col_lo) + (sk_e5 ? li3 : (n_cols - 1u)))) : (0.0f));
+                    }
+                    {
+                        sk_read_step_37(zx0, li0, n_cols, m);
+                    }
+                    {
+                        sk_read_step_37(zx1, li1, n_cols, m);
+                    }
+                    {
+                        sk_read_step_37(zx2, li2, n_cols, m);
+                    }
+                    {
+                        sk_read_step_37(zx3, li3, n_cols, m);
+                    }
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
@@ -216,11 +254,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e44 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e44 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e44 + 4u)]));
-                            const float sk_e46 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e45 = ((sk_e46 == mp_mx) ? (1.0f) : (sk_e46 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e45 > (0.0f)) && (sk_e45 >= mp)))) {
+                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
+                            const float sk_e47 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e46 = ((sk_e47 == mp_mx) ? (1.0f) : (sk_e47 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -63,9 +63,9 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_race_one.cuh"
-#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_read_step_47.cuh"
 #include "functions/sk_race_one_6.cuh"
-#include "functions/sk_read_step_51.cuh"
+#include "functions/sk_read_step_55.cuh"
 #include "functions/sk_cut_part_13.cuh"
 #include "functions/sk_cut_part_14.cuh"
 

@@ -52,10 +52,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
+// shaders/functions/sk_read_step_32.wgsl
+// shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_race_part.wgsl
 // shaders/functions/sk_histogram_part.wgsl
-// shaders/functions/sk_read_step_32.wgsl
-// shaders/functions/sk_for_each_read.wgsl
+// shaders/functions/sk_read_step_34.wgsl
+// shaders/functions/sk_read_step_35.wgsl
 // shaders/functions/sk_place_cut.wgsl
 // shaders/functions/sk_histogram_part_2.wgsl
 // shaders/functions/sk_read_part.wgsl
@@ -106,11 +108,96 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_keys[i] = 0u;
+                    part_keys[i] = 4286578688u;
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
-                    sk_for_each_read(i0, n_cols, base, col_lo, temp, &m);
+                    // built by kernels::filter_values::for_each_read
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
+                    var li1: u32 = (i0 + (BLOCK * 1u));
+                    var zx1: f32 = (0.0f);
+                    var li2: u32 = (i0 + (BLOCK * 2u));
+                    var zx2: f32 = (0.0f);
+                    var li3: u32 = (i0 + (BLOCK * 3u));
+                    var zx3: f32 = (0.0f);
+                    var li4: u32 = (i0 + (BLOCK * 4u));
+                    var zx4: f32 = (0.0f);
+                    var li5: u32 = (i0 + (BLOCK * 5u));
+                    var zx5: f32 = (0.0f);
+                    var li6: u32 = (i0 + (BLOCK * 6u));
+                    var zx6: f32 = (0.0f);
+                    var li7: u32 = (i0 + (BLOCK * 7u));
+                    var zx7: f32 = (0.0f);
+                    var li8: u32 = (i0 + (BLOCK * 8u));
+                    var zx8: f32 = (0.0f);
+                    var li9: u32 = (i0 + (BLOCK * 9u));
+                    var zx9: f32 = (0.0f);
+                    var li10: u32 = (i0 + (BLOCK * 10u));
+                    var zx10: f32 = (0.0f);
+                    var li11: u32 = (i0 + (BLOCK * 11u));
+                    var zx11: f32 = (0.0f);
+                    var li12: u32 = (i0 + (BLOCK * 12u));
+                    var zx12: f32 = (0.0f);
+                    var li13: u32 = (i0 + (BLOCK * 13u));
+                    var zx13: f32 = (0.0f);
+                    var li14: u32 = (i0 + (BLOCK * 14u));
+                    var zx14: f32 = (0.0f);
+                    var li15: u32 = (i0 + (BLOCK * 15u));
+                    var zx15: f32 = (0.0f);
+                    if ((li15 < n_cols)) {
+                        sk_read_step_34(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    } else {
+                        sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    }
+                    {
+                        sk_read_step_33(zx0, temp, li0, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx1, temp, li1, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx2, temp, li2, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx3, temp, li3, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx4, temp, li4, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx5, temp, li5, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx6, temp, li6, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx7, temp, li7, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx8, temp, li8, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx9, temp, li9, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx10, temp, li10, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx11, temp, li11, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx12, temp, li12, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx13, temp, li13, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx14, temp, li14, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_33(zx15, temp, li15, n_cols, &m);
+                    }
                 }
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
@@ -208,14 +295,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e140: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e140 + 3u)]), atomicLoad(&partials[(sk_e140 + 4u)]));
-                            let sk_e143: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e141: f32 = select((0.0f), (1.0f), (sk_e143 == bitcast<f32>(2139095040u)));
-                            let sk_e142: f32 = (sk_e143 - mp_mx);
-                            let sk_e144: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e145: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e142), (0.0f), sk_e144), sk_e141, sk_e145) > (0.0f)) && (select(select(sk_exp(sk_e142), (0.0f), sk_e144), sk_e141, sk_e145) >= mp)))) {
+                            let sk_e141: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e141 + 3u)]), atomicLoad(&partials[(sk_e141 + 4u)]));
+                            let sk_e144: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e142: f32 = select((0.0f), (1.0f), (sk_e144 == bitcast<f32>(2139095040u)));
+                            let sk_e143: f32 = (sk_e144 - mp_mx);
+                            let sk_e145: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e146: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) > (0.0f)) && (select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

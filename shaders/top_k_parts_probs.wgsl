@@ -51,8 +51,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_race_part_2.wgsl
 // shaders/functions/sk_histogram_part_3.wgsl
-// shaders/functions/sk_read_step_33.wgsl
-// shaders/functions/sk_for_each_read_2.wgsl
+// shaders/functions/sk_read_step_36.wgsl
+// shaders/functions/sk_read_step_37.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
 // shaders/functions/sk_histogram_part_4.wgsl
 // shaders/functions/sk_read_part_2.wgsl
@@ -103,7 +103,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_keys[i] = 0u;
+                    part_keys[i] = 2147483648u;
                 }
                 if ((sk_lid < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
@@ -111,7 +111,45 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    sk_for_each_read_2(i0, n_cols, base, col_lo, &m);
+                    // built by kernels::filter_values::for_each_read
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
+                    var li1: u32 = (i0 + (BLOCK * 1u));
+                    var zx1: f32 = (0.0f);
+                    var li2: u32 = (i0 + (BLOCK * 2u));
+                    var zx2: f32 = (0.0f);
+                    var li3: u32 = (i0 + (BLOCK * 3u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
+                        var zx_at: u32 = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        let sk_e2: bool = (li0 < n_cols);
+                        zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e2))), sk_e2);
+                        let sk_e3: bool = (li1 < n_cols);
+                        zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e3))), sk_e3);
+                        let sk_e4: bool = (li2 < n_cols);
+                        zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e4))), sk_e4);
+                        let sk_e5: bool = (li3 < n_cols);
+                        zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e5))), sk_e5);
+                    }
+                    {
+                        sk_read_step_37(zx0, li0, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_37(zx1, li1, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_37(zx2, li2, n_cols, &m);
+                    }
+                    {
+                        sk_read_step_37(zx3, li3, n_cols, &m);
+                    }
                 }
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
@@ -208,11 +246,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e44: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e44 + 3u)]), atomicLoad(&partials[(sk_e44 + 4u)]));
-                            let sk_e46: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e45: f32 = select((sk_e46 / mp_mx), (1.0f), (sk_e46 == mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e45 > (0.0f)) && (sk_e45 >= mp)))) {
+                            let sk_e45: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e45 + 3u)]), atomicLoad(&partials[(sk_e45 + 4u)]));
+                            let sk_e47: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e46: f32 = select((sk_e47 / mp_mx), (1.0f), (sk_e47 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -12,6 +12,8 @@
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
+        unsigned long long t_sel_m = sel_m; \
+        unsigned long long t_lim = lim; \
         sel_m = a_hi; \
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
@@ -19,6 +21,8 @@
         const bool sk_e196 = (tie_v == 0ull); \
         unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e196 ? tn64 : (((lim - sel_m) / (sk_e196 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
+        sel_m = t_sel_m; \
+        lim = t_lim; \
     } \
     bool t_min_p = ((mp <= (0.0f)) || (sk_exp_nonpositive(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp)); \
     unsigned int t_kept = (t_min_p ? ties : 0u); \

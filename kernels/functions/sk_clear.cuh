@@ -11,7 +11,92 @@
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
     float m = sk_bitcast<float>(4286578688u); \
     for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
-        sk_for_each_read(i0, n_cols, base, col_lo, temp, m); \
+        /* built by kernels::filter_values::for_each_read */ \
+        unsigned int li0 = i0; \
+        float zx0 = (0.0f); \
+        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
+        float zx1 = (0.0f); \
+        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
+        float zx2 = (0.0f); \
+        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
+        float zx3 = (0.0f); \
+        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
+        float zx4 = (0.0f); \
+        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
+        float zx5 = (0.0f); \
+        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
+        float zx6 = (0.0f); \
+        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
+        float zx7 = (0.0f); \
+        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
+        float zx8 = (0.0f); \
+        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
+        float zx9 = (0.0f); \
+        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
+        float zx10 = (0.0f); \
+        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
+        float zx11 = (0.0f); \
+        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
+        float zx12 = (0.0f); \
+        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
+        float zx13 = (0.0f); \
+        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
+        float zx14 = (0.0f); \
+        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
+        float zx15 = (0.0f); \
+        if ((li15 < n_cols)) { \
+            sk_read_step_34(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+        } else { \
+            sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+        } \
+        { \
+            sk_read_step_32(zx0, temp, li0, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx1, temp, li1, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx2, temp, li2, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx3, temp, li3, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx4, temp, li4, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx5, temp, li5, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx6, temp, li6, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx7, temp, li7, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx8, temp, li8, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx9, temp, li9, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx10, temp, li10, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx11, temp, li11, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx12, temp, li12, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx13, temp, li13, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx14, temp, li14, n_cols, m); \
+        } \
+        { \
+            sk_read_step_32(zx15, temp, li15, n_cols, m); \
+        } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
@@ -51,9 +136,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            if (((t_near_lo + tj) < t_near_bin)) { \
-                t_near = (t_near + part_hist[(t_near_lo + tj)]); \
-            } \
+            const unsigned int sk_e106 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e106 < t_near_bin) ? ((sk_e106 < 464u) ? (part_hist[min(sk_e106, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -80,23 +164,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e106 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e106 < n_cols) ? (part_keys[min(sk_e106, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e107 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e107 < n_cols) ? (part_keys[min(sk_e107, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e107 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e107 < n_cols) ? (part_keys[min(sk_e107, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e108 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e108 < n_cols) ? (part_keys[min(sk_e108, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e108 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e108 < n_cols) ? (part_keys[min(sk_e108, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e109 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e109 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e110 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -133,20 +217,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e122 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e122 < n_cols) ? (part_keys[min(sk_e122, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e123 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e123 < n_cols) ? (part_keys[min(sk_e123, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e123 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e123 < n_cols) ? (part_keys[min(sk_e123, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e124 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e124 < n_cols) ? (part_keys[min(sk_e124, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e124 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e124 < n_cols) ? (part_keys[min(sk_e124, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e125 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e125 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e126 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

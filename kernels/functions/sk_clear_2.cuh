@@ -11,7 +11,45 @@
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
     float m = sk_bitcast<float>(4286578688u); \
     for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
-        sk_for_each_read_2(i0, n_cols, base, col_lo, m); \
+        /* built by kernels::filter_values::for_each_read */ \
+        unsigned int li0 = i0; \
+        float zx0 = (0.0f); \
+        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
+        float zx1 = (0.0f); \
+        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
+        float zx2 = (0.0f); \
+        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
+        float zx3 = (0.0f); \
+        if ((li3 < n_cols)) { \
+            /* built by kernels::filter_values::read_step */ \
+            unsigned int zx_at = ((base + col_lo) + i0); \
+            zx0 = sk_load_x(zx_at); \
+            zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+            zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+            zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+        } else { \
+            /* built by kernels::filter_values::read_step */ \
+            const bool sk_e14 = (li0 < n_cols); \
+            zx0 = (sk_e14 ? sk_load_x(((base + col_lo) + (sk_e14 ? li0 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e15 = (li1 < n_cols); \
+            zx1 = (sk_e15 ? sk_load_x(((base + col_lo) + (sk_e15 ? li1 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e16 = (li2 < n_cols); \
+            zx2 = (sk_e16 ? sk_load_x(((base + col_lo) + (sk_e16 ? li2 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e17 = (li3 < n_cols); \
+            zx3 = (sk_e17 ? sk_load_x(((base + col_lo) + (sk_e17 ? li3 : (n_cols - 1u)))) : (0.0f)); \
+        } \
+        { \
+            sk_read_step_36(zx0, li0, n_cols, m); \
+        } \
+        { \
+            sk_read_step_36(zx1, li1, n_cols, m); \
+        } \
+        { \
+            sk_read_step_36(zx2, li2, n_cols, m); \
+        } \
+        { \
+            sk_read_step_36(zx3, li3, n_cols, m); \
+        } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
@@ -51,9 +89,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            if (((t_near_lo + tj) < t_near_bin)) { \
-                t_near = (t_near + part_hist[(t_near_lo + tj)]); \
-            } \
+            const unsigned int sk_e18 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e18 < t_near_bin) ? ((sk_e18 < 464u) ? (part_hist[min(sk_e18, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -80,23 +117,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e18 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e18 < n_cols) ? (part_keys[min(sk_e18, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e19 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e19 < n_cols) ? (part_keys[min(sk_e19, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e19 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e19 < n_cols) ? (part_keys[min(sk_e19, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e20 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e20 < n_cols) ? (part_keys[min(sk_e20, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e20 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e20 < n_cols) ? (part_keys[min(sk_e20, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e21 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e21 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e22 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -133,20 +170,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e30 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e30 < n_cols) ? (part_keys[min(sk_e30, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e31 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e31 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e32 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e32 < n_cols) ? (part_keys[min(sk_e32, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e32 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e32 < n_cols) ? (part_keys[min(sk_e32, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e33 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e33 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e34 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

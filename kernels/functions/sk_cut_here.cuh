@@ -57,21 +57,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_48(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_41(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                            sk_read_step_45(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_41(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                            sk_read_step_45(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_41(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                            sk_read_step_45(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_41(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                            sk_read_step_45(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                     } \
                 } else { \
@@ -155,21 +155,21 @@
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                             float zx3 = (0.0f); \
                             if ((li3 < (col_hi - col_lo))) { \
-                                sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                             } else { \
-                                sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                                sk_read_step_48(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                             } \
                             if ((li0 < (col_hi - col_lo))) { \
-                                sk_read_step_43(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                                sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                             } \
                             if ((li1 < (col_hi - col_lo))) { \
-                                sk_read_step_43(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                                sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                             } \
                             if ((li2 < (col_hi - col_lo))) { \
-                                sk_read_step_43(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                                sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                             } \
                             if ((li3 < (col_hi - col_lo))) { \
-                                sk_read_step_43(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                                sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                             } \
                         } \
                     } \

@@ -52,57 +52,57 @@
                 unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
                 float zx15 = (0.0f); \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_37(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+                    sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
                 } else { \
-                    sk_read_step_38(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+                    sk_read_step_42(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li4 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li5 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li6 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li7 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li8 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li9 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li10 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li11 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li12 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li13 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li14 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_34(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_38(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
             } \
             unsigned long long rm_row = 0ull; \

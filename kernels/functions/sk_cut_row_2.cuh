@@ -106,52 +106,52 @@
                     zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e102) ? li15 : (sk_e102 - 1u)))); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx1, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx1, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx2, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx2, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx3, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx3, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li4 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx4, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx4, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li5 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx5, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx5, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li6 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx6, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx6, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li7 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx7, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx7, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li8 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx8, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx8, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li9 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx9, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx9, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li10 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx10, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx10, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li11 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx11, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx11, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li12 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx12, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx12, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li13 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx13, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx13, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li14 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx14, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx14, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_45(zx15, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_49(zx15, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
             } \
             unsigned long long rm_row = 0ull; \

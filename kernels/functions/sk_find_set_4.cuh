@@ -29,9 +29,9 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at); \

@@ -29,7 +29,7 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_49(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_53(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \

@@ -3,17 +3,16 @@
 // `sk_histogram_part`, included by each kernel that calls it
 #define sk_histogram_part(hk0, grid_rfu, grid_ru) { \
     /* built by kernels::filter_top_p::histogram_part */ \
-    bool hkeyed = (hk0 != 0u); \
-    float hz = sk_bitcast<float>((hk0 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(hk0) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+    float hz = sk_bitcast<float>(hk0); \
     int hfi = __float2int_rd((hz * (32768.0f))); \
     int hci = (hfi >> 11u); \
     unsigned int hfg = (grid_rfu - sk_bitcast<unsigned int>(hfi)); \
-    if ((hkeyed && (hfg < 1024u))) { \
+    if ((hfg < 1024u)) { \
         unsigned int hist_f_old = 0u; \
         hist_f_old = atomicAdd(&part_hist[(1024u + hfg)], 1u); \
     } \
     unsigned int hg = (grid_ru - sk_bitcast<unsigned int>(hci)); \
-    if ((hkeyed && (hg < 512u))) { \
+    if ((hg < 512u)) { \
         unsigned int hist_old = 0u; \
         hist_old = atomicAdd(&part_hist[hg], sk_bitcast<unsigned int>(fmaf(sk_fast_exp(fmaf((sk_bitcast<float>((sk_bitcast<unsigned int>(hci) + 1262485505u)) - (12582912.0f)), (-(0.0625f)), hz)), (524288.0f), (8388608.0f)))); \
         unsigned int hist_n_old = 0u; \

@@ -3,17 +3,16 @@
 // `sk_histogram_part_3`, included by each kernel that calls it
 #define sk_histogram_part_3(hk0, grid_rfu, grid_ru) { \
     /* built by kernels::filter_top_p::histogram_part */ \
-    bool hkeyed = (hk0 != 0u); \
-    float hz = sk_bitcast<float>((hk0 ^ 2147483648u)); \
+    float hz = sk_bitcast<float>(hk0); \
     unsigned int hfi = (sk_bitcast<unsigned int>(hz) >> (23u - 14u)); \
     unsigned int hci = (hfi >> 10u); \
     unsigned int hfg = (grid_rfu - hfi); \
-    if ((hkeyed && (hfg < 1024u))) { \
+    if ((hfg < 1024u)) { \
         unsigned int hist_f_old = 0u; \
         hist_f_old = atomicAdd(&part_hist[(1024u + hfg)], 1u); \
     } \
     unsigned int hg = (grid_ru - hci); \
-    if ((hkeyed && (hg < 512u))) { \
+    if ((hg < 512u)) { \
         unsigned int hbits = sk_bitcast<unsigned int>(hz); \
         unsigned int hist_old = 0u; \
         hist_old = atomicAdd(&part_hist[hg], sk_bitcast<unsigned int>(fmaf((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2048u + (hci & 15u))])), (524288.0f), (8388608.0f)))); \

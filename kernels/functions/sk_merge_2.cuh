@@ -69,10 +69,6 @@
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
                     col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab); \
-                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
-                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
-                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
-                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                         /* built by kernels::filter_values::for_each_read */ \
                         unsigned int li0 = i0; \
@@ -84,21 +80,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_49(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_53(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_50(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_54(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_46(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_46(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_46(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_46(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \

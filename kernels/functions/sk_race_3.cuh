@@ -26,9 +26,9 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
@@ -140,9 +140,9 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < sweep_n)) { \
                             sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
@@ -182,9 +182,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
                         sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \

@@ -255,7 +255,7 @@
             unsigned int unsure_n = 0u; \
             sk_block_sums_u32_2(n_lo, n_unsure, kept_n, unsure_n); \
             if ((joint_p && (unsure_n > 0u))) { \
-                sk_for_each_read_3(col_hi, col_lo, base, temp, row_m, pp, n_sel, mp, kk, n_lo, kept_n, unsure_n, reads_before); \
+                sk_for_each_read(col_hi, col_lo, base, temp, row_m, pp, n_sel, mp, kk, n_lo, kept_n, unsure_n, reads_before); \
             } \
             float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f))); \

@@ -255,7 +255,7 @@
             unsigned int unsure_n = 0u; \
             sk_block_sums_u32_2(n_lo, n_unsure, kept_n, unsure_n); \
             if ((joint_p && (unsure_n > 0u))) { \
-                sk_for_each_read_4(col_hi, col_lo, base, row_m, pp, n_sel, mp, kk, n_lo, kept_n, unsure_n, reads_before); \
+                sk_for_each_read_2(col_hi, col_lo, base, row_m, pp, n_sel, mp, kk, n_lo, kept_n, unsure_n, reads_before); \
             } \
             float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f))); \

@@ -21,9 +21,9 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
             } \
             if ((li0 < sweep_n)) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -108,9 +108,9 @@
                             unsigned int li3 = (c0 + 3u); \
                             float zx3 = (0.0f); \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                             } else { \
-                                sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                             } \
                             if ((li0 < sweep_n)) { \
                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine); \
@@ -166,21 +166,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_42(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_46(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_42(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_46(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_42(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_46(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_42(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_46(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -210,9 +210,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \

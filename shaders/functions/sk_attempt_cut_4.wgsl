@@ -21,6 +21,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
+        var t_sel_m: u64 = sel_m;
+        var t_lim: u64 = lim;
         sel_m = a_hi;
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
@@ -28,6 +30,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         let sk_e136: bool = (tie_v == 0lu);
         var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e136)) + 1lu), tn64, sk_e136)));
         t_least = ties;
+        sel_m = t_sel_m;
+        lim = t_lim;
     }
     let sk_e137: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
     var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e137 / cut_mx), (1.0f), (sk_e137 == cut_mx)) >= mp));

@@ -11,7 +11,92 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
     var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
     var m: f32 = bitcast<f32>(4286578688u);
     for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
-        sk_for_each_read(i0, n_cols, base, col_lo, temp, &m);
+        // built by kernels::filter_values::for_each_read
+        var li0: u32 = i0;
+        var zx0: f32 = (0.0f);
+        var li1: u32 = (i0 + (BLOCK * 1u));
+        var zx1: f32 = (0.0f);
+        var li2: u32 = (i0 + (BLOCK * 2u));
+        var zx2: f32 = (0.0f);
+        var li3: u32 = (i0 + (BLOCK * 3u));
+        var zx3: f32 = (0.0f);
+        var li4: u32 = (i0 + (BLOCK * 4u));
+        var zx4: f32 = (0.0f);
+        var li5: u32 = (i0 + (BLOCK * 5u));
+        var zx5: f32 = (0.0f);
+        var li6: u32 = (i0 + (BLOCK * 6u));
+        var zx6: f32 = (0.0f);
+        var li7: u32 = (i0 + (BLOCK * 7u));
+        var zx7: f32 = (0.0f);
+        var li8: u32 = (i0 + (BLOCK * 8u));
+        var zx8: f32 = (0.0f);
+        var li9: u32 = (i0 + (BLOCK * 9u));
+        var zx9: f32 = (0.0f);
+        var li10: u32 = (i0 + (BLOCK * 10u));
+        var zx10: f32 = (0.0f);
+        var li11: u32 = (i0 + (BLOCK * 11u));
+        var zx11: f32 = (0.0f);
+        var li12: u32 = (i0 + (BLOCK * 12u));
+        var zx12: f32 = (0.0f);
+        var li13: u32 = (i0 + (BLOCK * 13u));
+        var zx13: f32 = (0.0f);
+        var li14: u32 = (i0 + (BLOCK * 14u));
+        var zx14: f32 = (0.0f);
+        var li15: u32 = (i0 + (BLOCK * 15u));
+        var zx15: f32 = (0.0f);
+        if ((li15 < n_cols)) {
+            sk_read_step_34(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+        } else {
+            sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+        }
+        {
+            sk_read_step_32(zx0, temp, li0, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx1, temp, li1, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx2, temp, li2, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx3, temp, li3, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx4, temp, li4, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx5, temp, li5, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx6, temp, li6, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx7, temp, li7, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx8, temp, li8, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx9, temp, li9, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx10, temp, li10, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx11, temp, li11, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx12, temp, li12, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx13, temp, li13, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx14, temp, li14, n_cols, &m);
+        }
+        {
+            sk_read_step_32(zx15, temp, li15, n_cols, &m);
+        }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
@@ -51,9 +136,8 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            if (((t_near_lo + tj) < t_near_bin)) {
-                t_near = (t_near + atomicLoad(&part_hist[(t_near_lo + tj)]));
-            }
+            let sk_e106: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e106, 463u)]), (sk_e106 < 464u)), (sk_e106 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -80,23 +164,23 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e106: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e106, (n_cols - 1u))], (sk_e106 < n_cols)) >= mr_band)) {
+        let sk_e107: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e107, (n_cols - 1u))], (sk_e107 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e107: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e107, (n_cols - 1u))], (sk_e107 < n_cols)) >= mr_band)) {
+        let sk_e108: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e108, (n_cols - 1u))], (sk_e108 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e108: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e108, (n_cols - 1u))], (sk_e108 < n_cols)) >= mr_band)) {
+        let sk_e109: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e109, (n_cols - 1u))], (sk_e109 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e109: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e109, (n_cols - 1u))], (sk_e109 < n_cols)) >= mr_band)) {
+        let sk_e110: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e110, (n_cols - 1u))], (sk_e110 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -133,20 +217,20 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e122: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e122, (n_cols - 1u))], (sk_e122 < n_cols)) >= mr_band)) {
+            let sk_e123: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e123, (n_cols - 1u))], (sk_e123 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e123: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e123, (n_cols - 1u))], (sk_e123 < n_cols)) >= mr_band)) {
+            let sk_e124: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e124, (n_cols - 1u))], (sk_e124 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e124: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e124, (n_cols - 1u))], (sk_e124 < n_cols)) >= mr_band)) {
+            let sk_e125: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e125, (n_cols - 1u))], (sk_e125 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e125: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e125, (n_cols - 1u))], (sk_e125 < n_cols)) >= mr_band)) {
+            let sk_e126: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e126, (n_cols - 1u))], (sk_e126 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

@@ -11,7 +11,45 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
     var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
     var m: f32 = bitcast<f32>(4286578688u);
     for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-        sk_for_each_read_2(i0, n_cols, base, col_lo, &m);
+        // built by kernels::filter_values::for_each_read
+        var li0: u32 = i0;
+        var zx0: f32 = (0.0f);
+        var li1: u32 = (i0 + (BLOCK * 1u));
+        var zx1: f32 = (0.0f);
+        var li2: u32 = (i0 + (BLOCK * 2u));
+        var zx2: f32 = (0.0f);
+        var li3: u32 = (i0 + (BLOCK * 3u));
+        var zx3: f32 = (0.0f);
+        if ((li3 < n_cols)) {
+            // built by kernels::filter_values::read_step
+            var zx_at: u32 = ((base + col_lo) + i0);
+            zx0 = sk_load_x(zx_at);
+            zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+            zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+            zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+        } else {
+            // built by kernels::filter_values::read_step
+            let sk_e14: bool = (li0 < n_cols);
+            zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e14))), sk_e14);
+            let sk_e15: bool = (li1 < n_cols);
+            zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e15))), sk_e15);
+            let sk_e16: bool = (li2 < n_cols);
+            zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e16))), sk_e16);
+            let sk_e17: bool = (li3 < n_cols);
+            zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e17))), sk_e17);
+        }
+        {
+            sk_read_step_36(zx0, li0, n_cols, &m);
+        }
+        {
+            sk_read_step_36(zx1, li1, n_cols, &m);
+        }
+        {
+            sk_read_step_36(zx2, li2, n_cols, &m);
+        }
+        {
+            sk_read_step_36(zx3, li3, n_cols, &m);
+        }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
@@ -51,9 +89,8 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            if (((t_near_lo + tj) < t_near_bin)) {
-                t_near = (t_near + atomicLoad(&part_hist[(t_near_lo + tj)]));
-            }
+            let sk_e18: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e18, 463u)]), (sk_e18 < 464u)), (sk_e18 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -80,23 +117,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e18: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e18, (n_cols - 1u))], (sk_e18 < n_cols)) >= mr_band)) {
+        let sk_e19: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e19, (n_cols - 1u))], (sk_e19 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e19: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e19, (n_cols - 1u))], (sk_e19 < n_cols)) >= mr_band)) {
+        let sk_e20: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e20, (n_cols - 1u))], (sk_e20 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e20: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e20, (n_cols - 1u))], (sk_e20 < n_cols)) >= mr_band)) {
+        let sk_e21: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e21: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
+        let sk_e22: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e22, (n_cols - 1u))], (sk_e22 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -133,20 +170,20 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e30: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e30, (n_cols - 1u))], (sk_e30 < n_cols)) >= mr_band)) {
+            let sk_e31: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e31: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
+            let sk_e32: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e32, (n_cols - 1u))], (sk_e32 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e32: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e32, (n_cols - 1u))], (sk_e32 < n_cols)) >= mr_band)) {
+            let sk_e33: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e33: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
+            let sk_e34: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e34, (n_cols - 1u))], (sk_e34 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

@@ -77,16 +77,16 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_51(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_51(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_51(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_51(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
             }
         } else {
@@ -208,16 +208,16 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                         zx3 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                     }
                     if ((li0 < (col_hi - col_lo))) {
-                        sk_read_step_43(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li1 < (col_hi - col_lo))) {
-                        sk_read_step_43(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li2 < (col_hi - col_lo))) {
-                        sk_read_step_43(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_43(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                 }
             }

@@ -58,9 +58,9 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_36(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         sk_read_step_8(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
@@ -87,9 +87,9 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         sk_read_step_8(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);

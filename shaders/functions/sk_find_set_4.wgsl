@@ -43,9 +43,9 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
                     sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);

@@ -3,17 +3,16 @@
 // `sk_histogram_part`, put before each kernel that calls it
 fn sk_histogram_part(hk0: u32, grid_rfu: u32, grid_ru: u32) {
     // built by kernels::filter_top_p::histogram_part
-    var hkeyed: bool = (hk0 != 0u);
-    var hz: f32 = bitcast<f32>((hk0 ^ ((bitcast<u32>((bitcast<i32>(hk0) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    var hz: f32 = bitcast<f32>(hk0);
     var hfi: i32 = i32(clamp(floor((hz * (32768.0f))), -2147483648.0, 2147483520.0));
     var hci: i32 = (hfi >> 11u);
     var hfg: u32 = (grid_rfu - bitcast<u32>(hfi));
-    if ((hkeyed && (hfg < 1024u))) {
+    if ((hfg < 1024u)) {
         var hist_f_old: u32 = 0u;
         hist_f_old = atomicAdd(&part_hist[(1024u + hfg)], 1u);
     }
     var hg: u32 = (grid_ru - bitcast<u32>(hci));
-    if ((hkeyed && (hg < 512u))) {
+    if ((hg < 512u)) {
         var hist_old: u32 = 0u;
         hist_old = atomicAdd(&part_hist[hg], bitcast<u32>(fma(exp(fma((bitcast<f32>((bitcast<u32>(hci) + 1262485505u)) - (12582912.0f)), (-(0.0625f)), hz)), (524288.0f), (8388608.0f))));
         var hist_n_old: u32 = 0u;

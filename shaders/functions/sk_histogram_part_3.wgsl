@@ -3,17 +3,16 @@
 // `sk_histogram_part_3`, put before each kernel that calls it
 fn sk_histogram_part_3(hk0: u32, grid_rfu: u32, grid_ru: u32) {
     // built by kernels::filter_top_p::histogram_part
-    var hkeyed: bool = (hk0 != 0u);
-    var hz: f32 = bitcast<f32>((hk0 ^ 2147483648u));
+    var hz: f32 = bitcast<f32>(hk0);
     var hfi: u32 = (bitcast<u32>(hz) >> (23u - 14u));
     var hci: u32 = (hfi >> 10u);
     var hfg: u32 = (grid_rfu - hfi);
-    if ((hkeyed && (hfg < 1024u))) {
+    if ((hfg < 1024u)) {
         var hist_f_old: u32 = 0u;
         hist_f_old = atomicAdd(&part_hist[(1024u + hfg)], 1u);
     }
     var hg: u32 = (grid_ru - hci);
-    if ((hkeyed && (hg < 512u))) {
+    if ((hg < 512u)) {
         var hbits: u32 = bitcast<u32>(hz);
         var hist_old: u32 = 0u;
         hist_old = atomicAdd(&part_hist[hg], bitcast<u32>(fma((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * bitcast<f32>(atomicLoad(&part_hist[(2048u + (hci & 15u))]))), (524288.0f), (8388608.0f))));

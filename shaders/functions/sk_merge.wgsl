@@ -80,10 +80,6 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
                     col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
-                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
-                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
-                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
-                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = i0;
@@ -95,21 +91,21 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_48(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_40(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_44(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_40(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_44(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_40(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_44(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_40(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_44(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;

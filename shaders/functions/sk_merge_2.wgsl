@@ -73,10 +73,6 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
                     col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
-                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
-                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
-                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
-                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = i0;
@@ -88,21 +84,21 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_49(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_53(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_50(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_54(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_46(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_50(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_46(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_50(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_46(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_50(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_46(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_50(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;

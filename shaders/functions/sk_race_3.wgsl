@@ -32,9 +32,9 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                 var li3: u32 = (c0 + 3u);
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_36(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
                     sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
@@ -146,9 +146,9 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_36(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
                             sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
@@ -188,9 +188,9 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_36(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);

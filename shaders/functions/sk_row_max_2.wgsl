@@ -259,7 +259,7 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             var unsure_n: u32 = 0u;
             sk_block_sums_u32_2(sk_lid, n_lo, n_unsure, &kept_n, &unsure_n);
             if ((joint_p && (unsure_n > 0u))) {
-                sk_for_each_read_4(sk_lid, col_hi, col_lo, base, row_m, pp, n_sel, mp, kk, &n_lo, &kept_n, &unsure_n, &reads_before);
+                sk_for_each_read_2(sk_lid, col_hi, col_lo, base, row_m, pp, n_sel, mp, kk, &n_lo, &kept_n, &unsure_n, &reads_before);
             }
             var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));

@@ -205,20 +205,19 @@ pub(super) fn any_raced(b: &mut Block) -> Expr {
 }
 
 /// Part `p`'s columns read again and raced where min-p keeps them at the row's maximum `mx`, a
-/// column at a time, into the workgroup's race (a rare path: a raced part whose winner min-p
-/// does not keep, though it keeps some of its tokens).
-fn rerace(b: &mut Block, input: Input, p: Expr, mx: Expr) {
+/// column at a time, into the workgroup's race under the row's Philox key (a rare path: a raced
+/// part whose winner min-p does not keep, though it keeps some of its tokens).
+fn rerace(b: &mut Block, input: Input, (p, mx): (Expr, Expr), pkey: &PhiloxKey) {
     let (own_lo, own_hi) = (var("col_lo"), var("col_hi"));
     let (lo, hi) = part_columns(p, quads_per_part(var("parts")));
     b.set("col_lo", lo);
     b.set("col_hi", hi);
-    let pkey = PhiloxKey::bound(b);
     let n = var("col_hi") - var("col_lo");
     values::for_each_read(b, input, (n, None), 4, |b, i, _, x| {
         let v = b.let_("rr_v", Ty::F32, values::value(input, x));
         b.if_(keeps(values::weight(input, v.clone(), mx.clone())), |b| {
             let col = b.let_("rr_col", Ty::U32, var("col_lo") + i);
-            race_philox(b, input, "", &pkey, col, v);
+            race_philox(b, input, "", pkey, col, v);
         });
     });
     b.set("col_lo", own_lo);
@@ -284,7 +283,7 @@ pub(super) fn over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
             let holds = kept(word(0).bitcast(Ty::F32));
             b.if_(word(2).eq_(u(RACED)).and(holds).and(kept(key_value(word(WIN_KEY))).not()), |b| {
                 b.set("mo_again", boolean(true));
-                b.scope(|b| rerace(b, input, p.clone(), mx.clone()));
+                b.scope(|b| rerace(b, input, (p.clone(), mx.clone()), &key));
             });
         });
         b.if_(var("mo_again"), |b| b.set("reads_before", var("reads_before") + u(1)));

@@ -240,10 +240,19 @@ fn gather(
     });
 }
 
-/// The part's one read of its `n` columns, into workgroup memory as order keys of their values
-/// `v` (`z` or `p`, [`values::column()`]; 0 for a token without mass), and its largest `v`,
-/// returned (-inf for none).
-pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
+/// What a part's read ([`load_part`]) leaves in workgroup memory, a word a column.
+#[derive(Clone, Copy)]
+pub(super) enum Stored {
+    /// The order key of its value (0 for a token without mass): what a select compares.
+    Keys,
+    /// Its value's bits, and for a token without mass these (a value the top-p histograms'
+    /// bins never take, `filter_top_p::unbinned`): what a histogram bins.
+    Values(u32),
+}
+
+/// The part's one read of its `n` columns, into workgroup memory as `stored` from their values
+/// `v` (`z` or `p`, [`values::column()`]), and its largest `v`, returned (-inf for none).
+pub(super) fn load_part(b: &mut Block, input: Input, n: Expr, stored: Stored) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     // From logits an invocation's whole share of a part (16 columns at 256 invocations) in
     // flight at once: one round trip a part, not four. From probabilities four, since their
@@ -259,7 +268,11 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     values::for_each_read(b, input, (n.clone(), past), width, |b, i, _, x| {
         let v = b.let_("z", Ty::F32, values::value(input, x));
         let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
-        b.if_(i.clone().lt(n.clone()), |b| b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0))));
+        let word = match stored {
+            Stored::Keys => select(valid.clone(), order_key(v.clone()), u(0)),
+            Stored::Values(none) => select(valid.clone(), v.clone().bitcast(Ty::U32), u(none)),
+        };
+        b.if_(i.clone().lt(n.clone()), |b| b.store_shared(KEYS, i, word));
         b.if_(valid, |b| b.set("m", var("m").max(v)));
     });
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
@@ -292,7 +305,7 @@ fn read_part(b: &mut Block, input: Input) {
     select::clear(b, filter_top_p::HIST);
     // Before the read, so that no word of the row's record is read after it.
     let raceable = b.let_("mr_row", Ty::Bool, filter_min_p::row_races());
-    let m = load_part(b, input, n.clone());
+    let m = load_part(b, input, n.clone(), Stored::Keys);
     let top = b.let_("top_key", Ty::U32, order_key(m.clone()));
     // The sum only estimates the row's mass (the merge keeps a margin that counts the fast
     // exponential's error, `MASS_MARGIN`). A part whose maximum is not finite leaves its row to

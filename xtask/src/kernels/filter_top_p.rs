@@ -53,7 +53,7 @@ use super::filter_min_p::{self, left_out_kept};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, parts_mass, race_one, race_philox,
-    row_mass_and, row_max, slot_word, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    row_mass_and, row_max, slot_word, Stored, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
@@ -285,7 +285,8 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     // two, at most 1024), so the padded keys stay in the array.
     let step = b.let_("h_step", Ty::U32, bs.clone() * u(UNROLL));
     let padded = b.let_("n_padded", Ty::U32, (n.clone() + step.clone() - u(1)) / step.clone() * step.clone());
-    b.for_("i", lid.clone() + n.clone(), padded.clone(), bs.clone(), |b, i| b.store_shared(KEYS, i, u(0)));
+    let none = unbinned(input);
+    b.for_("i", lid.clone() + n.clone(), padded.clone(), bs.clone(), |b, i| b.store_shared(KEYS, i, u(none)));
     if matches!(input, Input::Probs) {
         // Read after `load_part`'s barrier.
         b.if_(lid.clone().lt(u(COARSE_STEPS)), |b| {
@@ -294,7 +295,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
             b.store_shared(HIST, u(EDGE_RCP) + lid.clone(), rcp.bitcast(Ty::U32))
         });
     }
-    let m = load_part(b, input, n.clone());
+    let m = load_part(b, input, n.clone(), Stored::Values(none));
     let (coarse, fine) = (COARSE.grid(input), FINE.grid(input));
     // Each key's index on the fine grid, and on the coarse one the same shifted right (a floor
     // of a floor by a power of two is the floor), each counted down from the grid's origin in
@@ -323,17 +324,15 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         b.atomic_add(HIST, u(at) + g, u(1), name);
     };
     // Four keys an invocation a step, read before any is binned: the loop's overhead once for
-    // them all (the keys past the part's columns are zero, no mass, up to a whole step). A zero
-    // key's value is garbage (NaN from logits) that no bin takes: its tests fail with the key's
-    // own, with no branch around the key.
+    // them all (the words past the part's columns are `unbinned`'s, up to a whole step): a
+    // value's bits as the read stored them, with no test but its bins'.
     b.for_("i", lid.clone(), padded, step, |b, i| {
-        let keys: Vec<Expr> = (0..UNROLL)
+        let words: Vec<Expr> = (0..UNROLL)
             .map(|j| b.let_(&format!("hk{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
             .collect();
-        for k in keys {
+        for k in words {
             b.scope(|b| {
-                let keyed = b.let_("hkeyed", Ty::Bool, k.clone().ne_(u(0)));
-                let z = b.let_("hz", Ty::F32, part_value(input, k.clone()));
+                let z = b.let_("hz", Ty::F32, k.clone().bitcast(Ty::F32));
                 let (fi, ci) = match input {
                     Input::Logits(_) => {
                         let fi = b.let_("hfi", Ty::I32, floor_i32(z.clone() * fine.scale.clone()));
@@ -346,9 +345,9 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                     }
                 };
                 let gf = b.let_("hfg", Ty::U32, rf_at.clone() - fi);
-                b.if_(keyed.clone().and(gf.clone().lt(u(FINE_BINS))), |b| count(b, 2 * BINS, gf, "hist_f_old"));
+                b.if_(gf.clone().lt(u(FINE_BINS)), |b| count(b, 2 * BINS, gf, "hist_f_old"));
                 let g = b.let_("hg", Ty::U32, r_at.clone() - ci.clone());
-                b.if_(keyed.and(g.clone().lt(u(BINS))), |b| {
+                b.if_(g.clone().lt(u(BINS)), |b| {
                     // Against the bin's upper edge, not the part's maximum: a tail
                     // of thousands of tokens under 2^-19 of the maximum each would
                     // round to a unit or to nothing. An estimate within its bound
@@ -417,12 +416,16 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     super::combine::last_part(b, |b| b.scope(|b| estimate_cut(b, input)));
 }
 
-/// The value of a nonzero key of a part's workgroup array: [`key_value`], or from
-/// probabilities, whose values are never below +0, the key without its top bit.
-fn part_value(input: Input, k: Expr) -> Expr {
+/// The bits [`histogram_part`]'s read stores for a token without mass, and its padding: a
+/// value whose index no bin of either grid takes. From logits -inf, whose index saturates at
+/// the i32's least, past the grids of any part whose largest is above -65504 (a part the
+/// estimate weighs lies within 32 of its row's largest, within 2^15 of 0); from probabilities
+/// -0, whose bits shifted lie past those of every probability, +inf's too, so its bins wrap
+/// past the grids'.
+fn unbinned(input: Input) -> u32 {
     match input {
-        Input::Logits(_) => key_value(k),
-        Input::Probs => (k ^ u(0x8000_0000)).bitcast(Ty::F32),
+        Input::Logits(_) => f32::NEG_INFINITY.to_bits(),
+        Input::Probs => (-0.0f32).to_bits(),
     }
 }
 
@@ -1492,10 +1495,14 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
     // unsure.
     b.let_("t_least", Ty::U32, u(0));
     b.scope(|b| {
+        // The least set's mass above and limit for the count, then the largest set's again.
+        let held = (b.let_("t_sel_m", Ty::U64, var("sel_m")), b.let_("t_lim", Ty::U64, var("lim")));
         b.set("sel_m", var("a_hi"));
         b.set("lim", var("lim_lo"));
         ties(b);
         b.set("t_least", var("ties"));
+        b.set("sel_m", held.0);
+        b.set("lim", held.1);
     });
     let by_min_p = b.let_("t_min_p", Ty::Bool, min_p_keeps(input, key_value(key.clone()), mx.clone()));
     let t = b.let_("t_kept", Ty::U32, select(by_min_p.clone(), var("ties"), u(0)));

@@ -104,18 +104,43 @@ fn within(b: &mut Block, items: &Items, base: Expr, span: Option<Expr>, f: &dyn 
 /// than `d` (a lower bound on the items at distance at most `d`, exact where `d` is below 32),
 /// the same on every invocation. The bins stay as they are, for a [`decide`] after.
 pub(super) fn count_nearer(b: &mut Block, scratch: &str, d: Expr) -> Expr {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let bin = bin_of(b, d);
     let last = b.let_("t_near_bin", Ty::U32, bin);
-    // A run of bins an invocation, as `choose_bin`'s.
-    let per = b.let_("t_near_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs);
-    let lo = b.let_("t_near_lo", Ty::U32, lid * per.clone());
+    let run = BinRun::new(b, "t_near");
     b.let_("t_near", Ty::U32, u(0));
-    b.for_("tj", u(0), per, u(1), |b, j| {
-        let i = lo.clone() + j;
-        b.if_(i.clone().lt(last.clone()), |b| b.set("t_near", var("t_near") + load_shared(scratch, i)));
+    b.for_("tj", u(0), run.per.clone(), u(1), |b, j| {
+        let count = select(run.at(j.clone()).lt(last.clone()), run.count(scratch, j), u(0));
+        b.set("t_near", var("t_near") + count)
     });
     b.reduce(ReduceOp::Sum, Ty::U32, var("t_near"), "t_near_sum")
+}
+
+/// An invocation's run of the bins: `per` of them from `lo`, a count the compiler knows where
+/// the block size is a constant, so it unrolls each walk over them.
+struct BinRun {
+    per: Expr,
+    lo: Expr,
+}
+
+impl BinRun {
+    /// This invocation's run, bound as `{name}_per` and `{name}_lo`.
+    fn new(b: &mut Block, name: &str) -> BinRun {
+        let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+        let per = b.let_(&format!("{name}_per"), Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs);
+        let lo = b.let_(&format!("{name}_lo"), Ty::U32, lid * per.clone());
+        BinRun { per, lo }
+    }
+
+    /// The bin of the run's `j`-th.
+    fn at(&self, j: Expr) -> Expr {
+        self.lo.clone() + j
+    }
+
+    /// The count in the run's `j`-th bin of `scratch`, 0 past the last bin.
+    fn count(&self, scratch: &str, j: Expr) -> Expr {
+        let at = self.at(j);
+        select(at.clone().lt(u(BINS)), load_shared(scratch, at.min(u(BINS - 1))), u(0))
+    }
 }
 
 /// Adds one to the bin of distance `d`.
@@ -205,24 +230,18 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
 /// bin.
 fn choose_bin(b: &mut Block, want: Expr, scratch: &str) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    // A run of `per` bins from `lo` (a count the compiler knows where the block size is a
-    // constant, so it unrolls both walks), past the last bin empty.
-    let per = b.let_("t_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
-    let lo = b.let_("t_lo", Ty::U32, lid.clone() * per.clone());
-    let bin = |j: Expr| {
-        select((lo.clone() + j.clone()).lt(u(BINS)), load_shared(scratch, (lo.clone() + j).min(u(BINS - 1))), u(0))
-    };
+    let run = BinRun::new(b, "t");
     b.let_("t_run", Ty::U32, u(0));
-    b.for_("tj", u(0), per.clone(), u(1), |b, j| b.set("t_run", var("t_run") + bin(j)));
+    b.for_("tj", u(0), run.per.clone(), u(1), |b, j| b.set("t_run", var("t_run") + run.count(scratch, j)));
     let start = b.scan(var("t_run"), "t_start");
     b.if_(lid.eq_(bs - u(1)), |b| b.store_shared(scratch, u(TOTAL), start.clone() + var("t_run")));
     b.barrier();
     let total = b.let_("t_total", Ty::U32, load_shared(scratch, u(TOTAL)));
     let want = b.let_("t_want", Ty::U32, want.min(var("t_above") + total));
     b.set("t_run", var("t_above") + start);
-    b.for_("tj", u(0), per, u(1), |b, j| {
-        let c = b.let_("t_c", Ty::U32, bin(j.clone()));
-        let j = lo.clone() + j;
+    b.for_("tj", u(0), run.per.clone(), u(1), |b, j| {
+        let c = b.let_("t_c", Ty::U32, run.count(scratch, j.clone()));
+        let j = run.at(j);
         let holds = var("t_run").lt(want.clone()).and((var("t_run") + c.clone()).ge(want.clone()));
         b.if_(holds, |b| {
             b.store_shared(scratch, u(CHOSEN), j + u(1));
