@@ -72,11 +72,12 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_read_step_32.cuh"
 #include "functions/sk_read_step_33.cuh"
 #include "functions/sk_race_part.cuh"
-#include "functions/sk_histogram_part.cuh"
+#include "functions/sk_for_each_word.cuh"
+#include "functions/sk_for_each_word_2.cuh"
 #include "functions/sk_read_step_34.cuh"
 #include "functions/sk_read_step_35.cuh"
 #include "functions/sk_place_cut.cuh"
-#include "functions/sk_histogram_part_2.cuh"
+#include "functions/sk_histogram_part.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 
@@ -121,10 +122,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
-                unsigned int h_step = (((unsigned int)SK_BLOCK) * 4u);
-                unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                const unsigned int sk_e2 = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
+                    // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 4286578688u;
                 }
                 float m = sk_bitcast<float>(4286578688u);
@@ -222,23 +223,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 int grid_low = __float2int_rd(((-part_m) * (32768.0f)));
                 unsigned int grid_ru = (0u - sk_bitcast<unsigned int>((grid_low >> 11u)));
                 unsigned int grid_rfu = (0u - sk_bitcast<unsigned int>(grid_low));
-                for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
-                    // built by kernels::filter_top_p::histogram_part
+                for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::filter_top_k::for_each_word
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
                     unsigned int hk1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))];
                     unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
                     unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_rfu, grid_ru);
+                        sk_for_each_word(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk1, grid_rfu, grid_ru);
+                        sk_for_each_word(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk2, grid_rfu, grid_ru);
+                        sk_for_each_word(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk3, grid_rfu, grid_ru);
+                        sk_for_each_word(hk3, grid_rfu, grid_ru);
                     }
                 }
                 __syncthreads();
@@ -274,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     // built by kernels::combine::last_part_on
                     __threadfence();
                     {
-                        sk_histogram_part_2(parts, row_slot, pp, kk);
+                        sk_histogram_part(parts, row_slot, pp, kk);
                     }
                     if ((threadIdx.x == 0u)) {
                         counters[row_slot] = 0u;
@@ -312,14 +313,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e141 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e141 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e141 + 4u)]));
-                            const float sk_e144 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e142 = ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e143 = (sk_e144 - mp_mx);
-                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e146 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) > (0.0f)) && ((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) >= mp)))) {
+                            const unsigned int sk_e143 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e143 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e143 + 4u)]));
+                            const float sk_e146 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e144 = ((sk_e146 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e145 = (sk_e146 - mp_mx);
+                            const bool sk_e147 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e148 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e148 ? sk_e144 : (sk_e147 ? (0.0f) : sk_exp(sk_e145))) > (0.0f)) && ((sk_e148 ? sk_e144 : (sk_e147 ? (0.0f) : sk_exp(sk_e145))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

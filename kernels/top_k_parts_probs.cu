@@ -58,11 +58,12 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_race_part_2.cuh"
-#include "functions/sk_histogram_part_3.cuh"
+#include "functions/sk_for_each_word_3.cuh"
+#include "functions/sk_for_each_word_4.cuh"
 #include "functions/sk_read_step_36.cuh"
 #include "functions/sk_read_step_37.cuh"
 #include "functions/sk_place_cut_2.cuh"
-#include "functions/sk_histogram_part_4.cuh"
+#include "functions/sk_histogram_part_2.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
@@ -107,10 +108,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
-                unsigned int h_step = (((unsigned int)SK_BLOCK) * 4u);
-                unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                const unsigned int sk_e2 = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
+                    // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 2147483648u;
                 }
                 if ((threadIdx.x < 16u)) {
@@ -137,14 +138,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                     } else {
                         // built by kernels::filter_values::read_step
-                        const bool sk_e2 = (li0 < n_cols);
-                        zx0 = (sk_e2 ? sk_load_x(((base + col_lo) + (sk_e2 ? li0 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e3 = (li1 < n_cols);
-                        zx1 = (sk_e3 ? sk_load_x(((base + col_lo) + (sk_e3 ? li1 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e4 = (li2 < n_cols);
-                        zx2 = (sk_e4 ? sk_load_x(((base + col_lo) + (sk_e4 ? li2 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e5 = (li3 < n_cols);
-                        zx3 = (sk_e5 ? sk_load_x(((base + col_lo) + (sk_e5 ? li3 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e3 = (li0 < n_cols);
+                        zx0 = (sk_e3 ? sk_load_x(((base + col_lo) + (sk_e3 ? li0 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e4 = (li1 < n_cols);
+                        zx1 = (sk_e4 ? sk_load_x(((base + col_lo) + (sk_e4 ? li1 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e5 = (li2 < n_cols);
+                        zx2 = (sk_e5 ? sk_load_x(((base + col_lo) + (sk_e5 ? li2 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e6 = (li3 < n_cols);
+                        zx3 = (sk_e6 ? sk_load_x(((base + col_lo) + (sk_e6 ? li3 : (n_cols - 1u)))) : (0.0f));
                     }
                     {
                         sk_read_step_37(zx0, li0, n_cols, m);
@@ -164,23 +165,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 __syncthreads();
                 unsigned int grid_ru = (sk_bitcast<unsigned int>(part_m) >> (23u - 4u));
                 unsigned int grid_rfu = (sk_bitcast<unsigned int>(part_m) >> (23u - 14u));
-                for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
-                    // built by kernels::filter_top_p::histogram_part
+                for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::filter_top_k::for_each_word
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
                     unsigned int hk1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))];
                     unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
                     unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
-                        sk_histogram_part_3(hk0, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk1, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk2, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk3, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk3, grid_rfu, grid_ru);
                     }
                 }
                 __syncthreads();
@@ -216,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     // built by kernels::combine::last_part_on
                     __threadfence();
                     {
-                        sk_histogram_part_4(parts, row_slot, pp, kk);
+                        sk_histogram_part_2(parts, row_slot, pp, kk);
                     }
                     if ((threadIdx.x == 0u)) {
                         counters[row_slot] = 0u;
@@ -254,11 +255,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
-                            const float sk_e47 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e46 = ((sk_e47 == mp_mx) ? (1.0f) : (sk_e47 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
+                            const unsigned int sk_e47 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e47 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e47 + 4u)]));
+                            const float sk_e49 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e48 = ((sk_e49 == mp_mx) ? (1.0f) : (sk_e49 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e48 > (0.0f)) && (sk_e48 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

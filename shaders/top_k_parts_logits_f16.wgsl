@@ -55,11 +55,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_race_part.wgsl
-// shaders/functions/sk_histogram_part.wgsl
+// shaders/functions/sk_for_each_word.wgsl
+// shaders/functions/sk_for_each_word_2.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
 // shaders/functions/sk_place_cut.wgsl
-// shaders/functions/sk_histogram_part_2.wgsl
+// shaders/functions/sk_histogram_part.wgsl
 // shaders/functions/sk_read_part.wgsl
 // shaders/functions/sk_clear.wgsl
 
@@ -104,10 +105,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&part_hist[i], 0u);
                 }
                 var n_cols: u32 = (col_hi - col_lo);
-                var h_step: u32 = (BLOCK * 4u);
-                var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                let sk_e2: u32 = (BLOCK * 4u);
+                var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
                 for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
+                    // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 4286578688u;
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
@@ -205,23 +206,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var grid_low: i32 = i32(clamp(floor(((-part_m) * (32768.0f))), -2147483648.0, 2147483520.0));
                 var grid_ru: u32 = (0u - bitcast<u32>((grid_low >> 11u)));
                 var grid_rfu: u32 = (0u - bitcast<u32>(grid_low));
-                for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
-                    // built by kernels::filter_top_p::histogram_part
+                for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
+                    // built by kernels::filter_top_k::for_each_word
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
                     var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
                     var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
                     var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_rfu, grid_ru);
+                        sk_for_each_word(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk1, grid_rfu, grid_ru);
+                        sk_for_each_word(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk2, grid_rfu, grid_ru);
+                        sk_for_each_word(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk3, grid_rfu, grid_ru);
+                        sk_for_each_word(hk3, grid_rfu, grid_ru);
                     }
                 }
                 workgroupBarrier();
@@ -257,7 +258,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::combine::last_part_on
                     storageBarrier();
                     {
-                        sk_histogram_part_2(sk_lid, parts, row_slot, pp, kk);
+                        sk_histogram_part(sk_lid, parts, row_slot, pp, kk);
                     }
                     if ((sk_lid == 0u)) {
                         atomicStore(&counters[row_slot], 0u);
@@ -295,14 +296,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e141: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e141 + 3u)]), atomicLoad(&partials[(sk_e141 + 4u)]));
-                            let sk_e144: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e142: f32 = select((0.0f), (1.0f), (sk_e144 == bitcast<f32>(2139095040u)));
-                            let sk_e143: f32 = (sk_e144 - mp_mx);
-                            let sk_e145: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e146: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) > (0.0f)) && (select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) >= mp)))) {
+                            let sk_e143: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e143 + 3u)]), atomicLoad(&partials[(sk_e143 + 4u)]));
+                            let sk_e146: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e144: f32 = select((0.0f), (1.0f), (sk_e146 == bitcast<f32>(2139095040u)));
+                            let sk_e145: f32 = (sk_e146 - mp_mx);
+                            let sk_e147: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e148: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e145), (0.0f), sk_e147), sk_e144, sk_e148) > (0.0f)) && (select(select(sk_exp(sk_e145), (0.0f), sk_e147), sk_e144, sk_e148) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

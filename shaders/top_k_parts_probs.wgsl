@@ -50,11 +50,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_race_part_2.wgsl
-// shaders/functions/sk_histogram_part_3.wgsl
+// shaders/functions/sk_for_each_word_3.wgsl
+// shaders/functions/sk_for_each_word_4.wgsl
 // shaders/functions/sk_read_step_36.wgsl
 // shaders/functions/sk_read_step_37.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
-// shaders/functions/sk_histogram_part_4.wgsl
+// shaders/functions/sk_histogram_part_2.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 
@@ -99,10 +100,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&part_hist[i], 0u);
                 }
                 var n_cols: u32 = (col_hi - col_lo);
-                var h_step: u32 = (BLOCK * 4u);
-                var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                let sk_e2: u32 = (BLOCK * 4u);
+                var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
                 for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
+                    // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 2147483648u;
                 }
                 if ((sk_lid < 16u)) {
@@ -129,14 +130,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
                     } else {
                         // built by kernels::filter_values::read_step
-                        let sk_e2: bool = (li0 < n_cols);
-                        zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e2))), sk_e2);
-                        let sk_e3: bool = (li1 < n_cols);
-                        zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e3))), sk_e3);
-                        let sk_e4: bool = (li2 < n_cols);
-                        zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e4))), sk_e4);
-                        let sk_e5: bool = (li3 < n_cols);
-                        zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e5))), sk_e5);
+                        let sk_e3: bool = (li0 < n_cols);
+                        zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e3))), sk_e3);
+                        let sk_e4: bool = (li1 < n_cols);
+                        zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e4))), sk_e4);
+                        let sk_e5: bool = (li2 < n_cols);
+                        zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e5))), sk_e5);
+                        let sk_e6: bool = (li3 < n_cols);
+                        zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e6))), sk_e6);
                     }
                     {
                         sk_read_step_37(zx0, li0, n_cols, &m);
@@ -156,23 +157,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 var grid_ru: u32 = (bitcast<u32>(part_m) >> (23u - 4u));
                 var grid_rfu: u32 = (bitcast<u32>(part_m) >> (23u - 14u));
-                for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
-                    // built by kernels::filter_top_p::histogram_part
+                for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
+                    // built by kernels::filter_top_k::for_each_word
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
                     var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
                     var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
                     var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
-                        sk_histogram_part_3(hk0, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk1, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk2, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_3(hk3, grid_rfu, grid_ru);
+                        sk_for_each_word_3(hk3, grid_rfu, grid_ru);
                     }
                 }
                 workgroupBarrier();
@@ -208,7 +209,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::combine::last_part_on
                     storageBarrier();
                     {
-                        sk_histogram_part_4(sk_lid, parts, row_slot, pp, kk);
+                        sk_histogram_part_2(sk_lid, parts, row_slot, pp, kk);
                     }
                     if ((sk_lid == 0u)) {
                         atomicStore(&counters[row_slot], 0u);
@@ -246,11 +247,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e45: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e45 + 3u)]), atomicLoad(&partials[(sk_e45 + 4u)]));
-                            let sk_e47: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e46: f32 = select((sk_e47 / mp_mx), (1.0f), (sk_e47 == mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
+                            let sk_e47: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e47 + 3u)]), atomicLoad(&partials[(sk_e47 + 4u)]));
+                            let sk_e49: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e48: f32 = select((sk_e49 / mp_mx), (1.0f), (sk_e49 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e48 > (0.0f)) && (sk_e48 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -9,6 +9,12 @@
         part_hist[i] = 0u; \
     } \
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
+    const unsigned int sk_e59 = (((unsigned int)SK_BLOCK) * 4u); \
+    unsigned int n_padded = ((((n_cols + sk_e59) - 1u) / sk_e59) * sk_e59); \
+    for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) { \
+        /* built by kernels::filter_top_k::pad_part */ \
+        part_keys[i] = 0u; \
+    } \
     float m = sk_bitcast<float>(4286578688u); \
     for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
         /* built by kernels::filter_values::for_each_read */ \
@@ -104,20 +110,23 @@
     unsigned int top_key = (sk_bitcast<unsigned int>(part_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(part_m) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
-    for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) { \
-        /* built by kernels::filter_top_k::sum_part */ \
-        unsigned int k = part_keys[i]; \
-        if ((k != 0u)) { \
-            float kz = sk_bitcast<float>((k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-            float kw = sk_fast_exp((kz - m_finite)); \
-            s = (s + kw); \
-            if ((k != 0u)) { \
-                /* built by kernels::select::count */ \
-                unsigned int t_d = (top_key - k); \
-                unsigned int t_e = sk_high_bit((t_d | 32u)); \
-                unsigned int t_old = 0u; \
-                t_old = atomicAdd(&part_hist[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u); \
-            } \
+    for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
+        /* built by kernels::filter_top_k::for_each_word */ \
+        unsigned int k0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))]; \
+        unsigned int k1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))]; \
+        unsigned int k2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))]; \
+        unsigned int k3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))]; \
+        { \
+            sk_for_each_word_2(k0, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_2(k1, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_2(k2, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_2(k3, m_finite, top_key, s); \
         } \
     } \
     float part_s = (0.0f); \
@@ -136,8 +145,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e106 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e106 < t_near_bin) ? ((sk_e106 < 464u) ? (part_hist[min(sk_e106, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e108 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e108 < t_near_bin) ? ((sk_e108 < 464u) ? (part_hist[min(sk_e108, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -164,23 +173,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e107 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e107 < n_cols) ? (part_keys[min(sk_e107, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e109 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e108 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e108 < n_cols) ? (part_keys[min(sk_e108, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e110 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e109 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e111 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e111 < n_cols) ? (part_keys[min(sk_e111, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e110 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e112 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e112 < n_cols) ? (part_keys[min(sk_e112, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -217,20 +226,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e123 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e123 < n_cols) ? (part_keys[min(sk_e123, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e125 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e124 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e124 < n_cols) ? (part_keys[min(sk_e124, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e126 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e125 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e127 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e127 < n_cols) ? (part_keys[min(sk_e127, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e126 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e128 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e128 < n_cols) ? (part_keys[min(sk_e128, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

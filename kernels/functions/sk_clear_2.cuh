@@ -9,6 +9,12 @@
         part_hist[i] = 0u; \
     } \
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
+    const unsigned int sk_e15 = (((unsigned int)SK_BLOCK) * 4u); \
+    unsigned int n_padded = ((((n_cols + sk_e15) - 1u) / sk_e15) * sk_e15); \
+    for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) { \
+        /* built by kernels::filter_top_k::pad_part */ \
+        part_keys[i] = 0u; \
+    } \
     float m = sk_bitcast<float>(4286578688u); \
     for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
         /* built by kernels::filter_values::for_each_read */ \
@@ -29,14 +35,14 @@
             zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
         } else { \
             /* built by kernels::filter_values::read_step */ \
-            const bool sk_e14 = (li0 < n_cols); \
-            zx0 = (sk_e14 ? sk_load_x(((base + col_lo) + (sk_e14 ? li0 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e15 = (li1 < n_cols); \
-            zx1 = (sk_e15 ? sk_load_x(((base + col_lo) + (sk_e15 ? li1 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e16 = (li2 < n_cols); \
-            zx2 = (sk_e16 ? sk_load_x(((base + col_lo) + (sk_e16 ? li2 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e17 = (li3 < n_cols); \
-            zx3 = (sk_e17 ? sk_load_x(((base + col_lo) + (sk_e17 ? li3 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e16 = (li0 < n_cols); \
+            zx0 = (sk_e16 ? sk_load_x(((base + col_lo) + (sk_e16 ? li0 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e17 = (li1 < n_cols); \
+            zx1 = (sk_e17 ? sk_load_x(((base + col_lo) + (sk_e17 ? li1 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e18 = (li2 < n_cols); \
+            zx2 = (sk_e18 ? sk_load_x(((base + col_lo) + (sk_e18 ? li2 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e19 = (li3 < n_cols); \
+            zx3 = (sk_e19 ? sk_load_x(((base + col_lo) + (sk_e19 ? li3 : (n_cols - 1u)))) : (0.0f)); \
         } \
         { \
             sk_read_step_36(zx0, li0, n_cols, m); \
@@ -57,20 +63,23 @@
     unsigned int top_key = (sk_bitcast<unsigned int>(part_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(part_m) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
-    for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) { \
-        /* built by kernels::filter_top_k::sum_part */ \
-        unsigned int k = part_keys[i]; \
-        if ((k != 0u)) { \
-            float kz = sk_bitcast<float>((k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-            float kw = ((kz == m_finite) ? (1.0f) : __fdividef(kz, m_finite)); \
-            s = (s + kw); \
-            if ((k != 0u)) { \
-                /* built by kernels::select::count */ \
-                unsigned int t_d = (top_key - k); \
-                unsigned int t_e = sk_high_bit((t_d | 32u)); \
-                unsigned int t_old = 0u; \
-                t_old = atomicAdd(&part_hist[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u); \
-            } \
+    for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
+        /* built by kernels::filter_top_k::for_each_word */ \
+        unsigned int k0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))]; \
+        unsigned int k1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))]; \
+        unsigned int k2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))]; \
+        unsigned int k3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))]; \
+        { \
+            sk_for_each_word_4(k0, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_4(k1, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_4(k2, m_finite, top_key, s); \
+        } \
+        { \
+            sk_for_each_word_4(k3, m_finite, top_key, s); \
         } \
     } \
     float part_s = (0.0f); \
@@ -89,8 +98,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e18 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e18 < t_near_bin) ? ((sk_e18 < 464u) ? (part_hist[min(sk_e18, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e20 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e20 < t_near_bin) ? ((sk_e20 < 464u) ? (part_hist[min(sk_e20, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -117,23 +126,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e19 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e19 < n_cols) ? (part_keys[min(sk_e19, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e21 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e20 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e20 < n_cols) ? (part_keys[min(sk_e20, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e22 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e21 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e23 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e23 < n_cols) ? (part_keys[min(sk_e23, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e22 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e24 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e24 < n_cols) ? (part_keys[min(sk_e24, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -170,20 +179,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e31 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e33 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e32 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e32 < n_cols) ? (part_keys[min(sk_e32, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e34 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e33 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e35 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e35 < n_cols) ? (part_keys[min(sk_e35, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e34 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e36 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e36 < n_cols) ? (part_keys[min(sk_e36, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

@@ -10,10 +10,10 @@
     } \
     float row_m = (0.0f); \
     row_m = sk_block_max_f32(m); \
-    if ((fabsf(row_m) < (32768.0f))) { \
+    if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) { \
         /* built by kernels::filter_top_p::estimate_cut */ \
         __syncthreads(); \
-        float ec_r = (-floorf(((-row_m) * (16.0f)))); \
+        float ec_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 4u))); \
         unsigned int ec_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
         unsigned int ec_g0 = min((threadIdx.x * ec_per), 512u); \
         unsigned int ec_g1 = min((ec_g0 + ec_per), 512u); \
@@ -28,21 +28,21 @@
             /* built by kernels::filter_top_p::place_cut */ \
             float ec_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])); \
             if ((ec_mp > sk_bitcast<float>(4286578688u))) { \
-                float ec_shift = (ec_r - (-floorf(((-ec_mp) * (16.0f))))); \
+                float ec_shift = (ec_r - ((float)(sk_bitcast<unsigned int>(ec_mp) >> (23u - 4u)))); \
                 for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
                     float ec_at = (((float)g) - ec_shift); \
                     if (((ec_at >= (0.0f)) && (ec_at < (512.0f)))) { \
                         unsigned int ec_atu = ((unsigned int)ec_at); \
                         unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u); \
                         part_keys[g] = (part_keys[g] + ec_n); \
-                        const unsigned int sk_e50 = (512u + g); \
-                        part_keys[sk_e50] = max(part_keys[sk_e50], ec_n); \
+                        const unsigned int sk_e7 = (512u + g); \
+                        part_keys[sk_e7] = max(part_keys[sk_e7], ec_n); \
                         unsigned int ec_x = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]); \
                         unsigned int ec_sum = (part_keys[(1024u + g)] + ec_x); \
                         part_keys[(1024u + g)] = ec_sum; \
                         if ((ec_sum < ec_x)) { \
-                            const unsigned int sk_e51 = (1536u + g); \
-                            part_keys[sk_e51] = (part_keys[sk_e51] + 1u); \
+                            const unsigned int sk_e8 = (1536u + g); \
+                            part_keys[sk_e8] = (part_keys[sk_e8] + 1u); \
                         } \
                     } \
                 } \
@@ -52,8 +52,8 @@
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::place_cut */ \
             float ec_k = ((ec_r - ((float)g)) + (1.0f)); \
-            float ec_edge = (ec_k * (0.0625f)); \
-            float ec_w = (((((float)(part_keys[(1536u + g)])) * (8192.0f)) + (((float)(part_keys[(1024u + g)])) * (1.9073486e-6f))) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))); \
+            float ec_edge = sk_bitcast<float>((((unsigned int)ec_k) << (23u - 4u))); \
+            float ec_w = (((((float)(part_keys[(1536u + g)])) * (8192.0f)) + (((float)(part_keys[(1024u + g)])) * (1.9073486e-6f))) * ((ec_edge == row_m) ? (1.0f) : (ec_edge / row_m))); \
             part_keys[(1024u + g)] = sk_bitcast<unsigned int>(ec_w); \
             ec_own_w = (ec_own_w + ec_w); \
         } \
@@ -62,8 +62,8 @@
         float ec_unit = ((3500000000.0f) / ec_total); \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::place_cut */ \
-            const unsigned int sk_e52 = (1024u + g); \
-            part_keys[sk_e52] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e52]) * ec_unit)); \
+            const unsigned int sk_e9 = (1024u + g); \
+            part_keys[sk_e9] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e9]) * ec_unit)); \
         } \
         unsigned int ec_m_own = 0u; \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
@@ -111,8 +111,8 @@
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::crossing */ \
             unsigned int ec_n_x = part_keys[(0u + g)]; \
-            const unsigned int sk_e53 = (kk - 1u); \
-            if ((((kk < vocab) && (ec_n_cum <= sk_e53)) && ((ec_n_cum + ec_n_x) > sk_e53))) { \
+            const unsigned int sk_e10 = (kk - 1u); \
+            if ((((kk < vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) { \
                 ec_n_first = max(ec_n_first, (512u - g)); \
                 ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u); \
                 ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \
@@ -159,7 +159,7 @@
         float e_above = ec_a_w; \
         float e_error = (7.6293945e-6f); \
         if ((ec_cut <= 2u)) { \
-            sk_place_cut(row_m, parts, row_slot, ec_unit, pp, kk, e_shift, e_lo, e_hi, e_r, e_above, e_error); \
+            sk_place_cut_2(row_m, parts, row_slot, ec_unit, pp, kk, e_shift, e_lo, e_hi, e_r, e_above, e_error); \
         } \
         unsigned int tail_n = (vocab - ec_n_total); \
         float eb_total = ec_total; \
@@ -171,7 +171,7 @@
             partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)] = sk_bitcast<unsigned int>(fmaxf(((e_above - eb_off) - eb_cut), (0.0f))); \
             partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)] = sk_bitcast<unsigned int>((e_above + eb_off)); \
             partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)] = sk_bitcast<unsigned int>(fmaxf(((eb_total - eb_total_off) - eb_cut), (0.0f))); \
-            partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)] = sk_bitcast<unsigned int>(((eb_total + eb_total_off) + (((float)tail_n) * (2.842171e-14f)))); \
+            partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)] = sk_bitcast<unsigned int>(((eb_total + eb_total_off) + (((float)tail_n) * (4.656613e-10f)))); \
             partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 1u; \
             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = e_lo; \
             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = e_hi; \

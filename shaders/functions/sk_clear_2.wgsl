@@ -9,6 +9,12 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         atomicStore(&part_hist[i], 0u);
     }
     var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
+    let sk_e15: u32 = (BLOCK * 4u);
+    var n_padded: u32 = ((((n_cols + sk_e15) - 1u) / sk_e15) * sk_e15);
+    for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
+        // built by kernels::filter_top_k::pad_part
+        part_keys[i] = 0u;
+    }
     var m: f32 = bitcast<f32>(4286578688u);
     for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
         // built by kernels::filter_values::for_each_read
@@ -29,14 +35,14 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
             zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
         } else {
             // built by kernels::filter_values::read_step
-            let sk_e14: bool = (li0 < n_cols);
-            zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e14))), sk_e14);
-            let sk_e15: bool = (li1 < n_cols);
-            zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e15))), sk_e15);
-            let sk_e16: bool = (li2 < n_cols);
-            zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e16))), sk_e16);
-            let sk_e17: bool = (li3 < n_cols);
-            zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e17))), sk_e17);
+            let sk_e16: bool = (li0 < n_cols);
+            zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e16))), sk_e16);
+            let sk_e17: bool = (li1 < n_cols);
+            zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e17))), sk_e17);
+            let sk_e18: bool = (li2 < n_cols);
+            zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e18))), sk_e18);
+            let sk_e19: bool = (li3 < n_cols);
+            zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e19))), sk_e19);
         }
         {
             sk_read_step_36(zx0, li0, n_cols, &m);
@@ -57,20 +63,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
     var top_key: u32 = (bitcast<u32>(part_m) ^ (bitcast<u32>((bitcast<i32>(part_m) >> 31u)) | 2147483648u));
     var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
     var s: f32 = (0.0f);
-    for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-        // built by kernels::filter_top_k::sum_part
-        var k: u32 = part_keys[i];
-        if ((k != 0u)) {
-            var kz: f32 = bitcast<f32>((k ^ ((bitcast<u32>((bitcast<i32>(k) >> 31u)) ^ 4294967295u) | 2147483648u)));
-            var kw: f32 = select((kz / m_finite), (1.0f), (kz == m_finite));
-            s = (s + kw);
-            if ((k != 0u)) {
-                // built by kernels::select::count
-                var t_d: u32 = (top_key - k);
-                var t_e: u32 = firstLeadingBit((t_d | 32u));
-                var t_old: u32 = 0u;
-                t_old = atomicAdd(&part_hist[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
-            }
+    for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
+        // built by kernels::filter_top_k::for_each_word
+        var k0: u32 = part_keys[(i + (BLOCK * 0u))];
+        var k1: u32 = part_keys[(i + (BLOCK * 1u))];
+        var k2: u32 = part_keys[(i + (BLOCK * 2u))];
+        var k3: u32 = part_keys[(i + (BLOCK * 3u))];
+        {
+            sk_for_each_word_4(k0, m_finite, top_key, &s);
+        }
+        {
+            sk_for_each_word_4(k1, m_finite, top_key, &s);
+        }
+        {
+            sk_for_each_word_4(k2, m_finite, top_key, &s);
+        }
+        {
+            sk_for_each_word_4(k3, m_finite, top_key, &s);
         }
     }
     var part_s: f32 = (0.0f);
@@ -89,8 +98,8 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            let sk_e18: u32 = (t_near_lo + tj);
-            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e18, 463u)]), (sk_e18 < 464u)), (sk_e18 < t_near_bin)));
+            let sk_e20: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e20, 463u)]), (sk_e20 < 464u)), (sk_e20 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -117,23 +126,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e19: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e19, (n_cols - 1u))], (sk_e19 < n_cols)) >= mr_band)) {
+        let sk_e21: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e20: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e20, (n_cols - 1u))], (sk_e20 < n_cols)) >= mr_band)) {
+        let sk_e22: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e22, (n_cols - 1u))], (sk_e22 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e21: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
+        let sk_e23: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e23, (n_cols - 1u))], (sk_e23 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e22: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e22, (n_cols - 1u))], (sk_e22 < n_cols)) >= mr_band)) {
+        let sk_e24: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e24, (n_cols - 1u))], (sk_e24 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -170,20 +179,20 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e31: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
+            let sk_e33: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e32: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e32, (n_cols - 1u))], (sk_e32 < n_cols)) >= mr_band)) {
+            let sk_e34: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e34, (n_cols - 1u))], (sk_e34 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e33: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
+            let sk_e35: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e35, (n_cols - 1u))], (sk_e35 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e34: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e34, (n_cols - 1u))], (sk_e34 < n_cols)) >= mr_band)) {
+            let sk_e36: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e36, (n_cols - 1u))], (sk_e36 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

@@ -10,10 +10,10 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
     }
     var row_m: f32 = (0.0f);
     row_m = sk_block_max_f32(sk_lid, m);
-    if ((abs(row_m) < (32768.0f))) {
+    if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
         // built by kernels::filter_top_p::estimate_cut
         workgroupBarrier();
-        var ec_r: f32 = (-floor(((-row_m) * (16.0f))));
+        var ec_r: f32 = f32((bitcast<u32>(row_m) >> (23u - 4u)));
         var ec_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
         var ec_g0: u32 = min((sk_lid * ec_per), 512u);
         var ec_g1: u32 = min((ec_g0 + ec_per), 512u);
@@ -28,21 +28,21 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
             // built by kernels::filter_top_p::place_cut
             var ec_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
             if ((ec_mp > bitcast<f32>(4286578688u))) {
-                var ec_shift: f32 = (ec_r - (-floor(((-ec_mp) * (16.0f)))));
+                var ec_shift: f32 = (ec_r - f32((bitcast<u32>(ec_mp) >> (23u - 4u))));
                 for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                     var ec_at: f32 = (f32(g) - ec_shift);
                     if (((ec_at >= (0.0f)) && (ec_at < (512.0f)))) {
                         var ec_atu: u32 = u32(ec_at);
                         var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                         part_keys[g] = (part_keys[g] + ec_n);
-                        let sk_e50: u32 = (512u + g);
-                        part_keys[sk_e50] = max(part_keys[sk_e50], ec_n);
+                        let sk_e7: u32 = (512u + g);
+                        part_keys[sk_e7] = max(part_keys[sk_e7], ec_n);
                         var ec_x: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]);
                         var ec_sum: u32 = (part_keys[(1024u + g)] + ec_x);
                         part_keys[(1024u + g)] = ec_sum;
                         if ((ec_sum < ec_x)) {
-                            let sk_e51: u32 = (1536u + g);
-                            part_keys[sk_e51] = (part_keys[sk_e51] + 1u);
+                            let sk_e8: u32 = (1536u + g);
+                            part_keys[sk_e8] = (part_keys[sk_e8] + 1u);
                         }
                     }
                 }
@@ -52,8 +52,8 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::place_cut
             var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
-            var ec_edge: f32 = (ec_k * (0.0625f));
-            var ec_w: f32 = (((f32(part_keys[(1536u + g)]) * (8192.0f)) + (f32(part_keys[(1024u + g)]) * (1.9073486e-6f))) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            var ec_edge: f32 = bitcast<f32>((u32(ec_k) << (23u - 4u)));
+            var ec_w: f32 = (((f32(part_keys[(1536u + g)]) * (8192.0f)) + (f32(part_keys[(1024u + g)]) * (1.9073486e-6f))) * select((ec_edge / row_m), (1.0f), (ec_edge == row_m)));
             part_keys[(1024u + g)] = bitcast<u32>(ec_w);
             ec_own_w = (ec_own_w + ec_w);
         }
@@ -62,8 +62,8 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
         var ec_unit: f32 = ((3500000000.0f) / ec_total);
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::place_cut
-            let sk_e52: u32 = (1024u + g);
-            part_keys[sk_e52] = u32((bitcast<f32>(part_keys[sk_e52]) * ec_unit));
+            let sk_e9: u32 = (1024u + g);
+            part_keys[sk_e9] = u32((bitcast<f32>(part_keys[sk_e9]) * ec_unit));
         }
         var ec_m_own: u32 = 0u;
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -111,8 +111,8 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::crossing
             var ec_n_x: u32 = part_keys[(0u + g)];
-            let sk_e53: u32 = (kk - 1u);
-            if ((((kk < params.vocab) && (ec_n_cum <= sk_e53)) && ((ec_n_cum + ec_n_x) > sk_e53))) {
+            let sk_e10: u32 = (kk - 1u);
+            if ((((kk < params.vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) {
                 ec_n_first = max(ec_n_first, (512u - g));
                 ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                 ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -159,7 +159,7 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
         var e_above: f32 = ec_a_w;
         var e_error: f32 = (7.6293945e-6f);
         if ((ec_cut <= 2u)) {
-            sk_place_cut(sk_lid, row_m, parts, row_slot, ec_unit, pp, kk, &e_shift, &e_lo, &e_hi, &e_r, &e_above, &e_error);
+            sk_place_cut_2(sk_lid, row_m, parts, row_slot, ec_unit, pp, kk, &e_shift, &e_lo, &e_hi, &e_r, &e_above, &e_error);
         }
         var tail_n: u32 = (params.vocab - ec_n_total);
         var eb_total: f32 = ec_total;
@@ -171,7 +171,7 @@ fn sk_histogram_part_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32)
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>(max(((e_above - eb_off) - eb_cut), (0.0f))));
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((e_above + eb_off)));
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(max(((eb_total - eb_total_off) - eb_cut), (0.0f))));
-            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(((eb_total + eb_total_off) + (f32(tail_n) * (2.842171e-14f)))));
+            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(((eb_total + eb_total_off) + (f32(tail_n) * (4.656613e-10f)))));
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 1u);
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], e_lo);
             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], e_hi);

@@ -42,8 +42,8 @@ fn sk_read_part(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, col_
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e139: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e139, 463u)]), (sk_e139 < 464u)));
+                let sk_e141: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e141, 463u)]), (sk_e141 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -57,8 +57,8 @@ fn sk_read_part(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, col_
             t_run = (t_above + t_start);
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e140: u32 = (t_lo + tj);
-                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e140, 463u)]), (sk_e140 < 464u));
+                let sk_e142: u32 = (t_lo + tj);
+                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e142, 463u)]), (sk_e142 < 464u));
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                     atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                     atomicStore(&part_hist[508u], (t_run - t_above));

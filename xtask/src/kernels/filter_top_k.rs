@@ -280,13 +280,44 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr, stored: Stored) ->
     m
 }
 
-/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`), by
-/// [`values::estimate_weight`] (`m` made finite), returned; `each(key)` also sees every column's
-/// key with mass.
-fn sum_part(b: &mut Block, (input, n, m): (Input, Expr, Expr), each: &dyn Fn(&mut Block, Expr)) -> Expr {
+/// Words a step of a part's loops over its workgroup array ([`for_each_word`]) takes an
+/// invocation, all read before any is worked on: the loop's overhead once for them all.
+const UNROLL: u32 = 4;
+const _: () = assert!(PART_COLS.is_multiple_of(UNROLL * 1024));
+
+/// Pads the part's workgroup array of `n` words with `pad` to a whole step of [`UNROLL`] words
+/// an invocation (`PART_COLS` is a whole number of steps, blocks being powers of two of at most
+/// 1024, so the padding stays in the array), before [`load_part`], whose barrier orders it;
+/// returns the padded length, for [`for_each_word`].
+pub(super) fn pad_part(b: &mut Block, n: Expr, pad: u32) -> Expr {
+    let bs = builtin(Builtin::BlockSize);
+    let step = bs.clone() * u(UNROLL);
+    let padded = b.let_("n_padded", Ty::U32, (n.clone() + step.clone() - u(1)) / step.clone() * step);
+    b.for_("i", builtin(Builtin::LocalId) + n, padded.clone(), bs, |b, i| b.store_shared(KEYS, i, u(pad)));
+    padded
+}
+
+/// `f(word)` for each word of the part's workgroup array up to `padded` ([`pad_part`]), in a
+/// scope of its own: [`UNROLL`] words an invocation a step, bound as `{name}0` and on, in the
+/// order of a loop of one word a step.
+pub(super) fn for_each_word(b: &mut Block, padded: Expr, name: &str, f: &dyn Fn(&mut Block, Expr)) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    b.for_("i", lid, padded, bs.clone() * u(UNROLL), |b, i| {
+        let words: Vec<Expr> = (0..UNROLL)
+            .map(|j| b.let_(&format!("{name}{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
+            .collect();
+        for w in words {
+            b.scope(|b| f(b, w));
+        }
+    });
+}
+
+/// After [`load_part`] (its keys padded with zeros, [`pad_part`]): the part's sum of weights at
+/// its largest `m` (`exp(z - m)`, `p / m`), by [`values::estimate_weight`] (`m` made finite),
+/// returned; `each(key)` also sees every column's key with mass.
+fn sum_part(b: &mut Block, (input, padded, m): (Input, Expr, Expr), each: &dyn Fn(&mut Block, Expr)) -> Expr {
     b.let_("s", Ty::F32, f(0.0));
-    b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
-        let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
+    for_each_word(b, padded, "k", &|b, k| {
         b.if_(k.clone().ne_(u(0)), |b| {
             let z = b.let_("kz", Ty::F32, key_value(k.clone()));
             let w = b.let_("kw", Ty::F32, values::estimate_weight(input, z, m.clone()));
@@ -305,6 +336,7 @@ fn read_part(b: &mut Block, input: Input) {
     select::clear(b, filter_top_p::HIST);
     // Before the read, so that no word of the row's record is read after it.
     let raceable = b.let_("mr_row", Ty::Bool, filter_min_p::row_races());
+    let padded = pad_part(b, n.clone(), 0);
     let m = load_part(b, input, n.clone(), Stored::Keys);
     let top = b.let_("top_key", Ty::U32, order_key(m.clone()));
     // The sum only estimates the row's mass (the merge keeps a margin that counts the fast
@@ -312,7 +344,7 @@ fn read_part(b: &mut Block, input: Input) {
     // the fallback, so its sum may weigh at 0 instead.
     let at = b.let_("m_finite", Ty::F32, select(is_finite(m.clone()), m.clone(), f(0.0)));
     let count = |b: &mut Block, k: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
-    let s = sum_part(b, (input, n.clone(), at), &count);
+    let s = sum_part(b, (input, padded, at), &count);
     // Min-p alone on a flat part races its band instead (`filter_min_p.rs`).
     let races = filter_min_p::races(b, input, (raceable, m.clone(), top.clone()), filter_top_p::HIST);
     b.if_else(

@@ -52,8 +52,9 @@ use super::combine::last_part_on;
 use super::filter_min_p::{self, left_out_kept};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, parts_mass, race_one, race_philox,
-    row_mass_and, row_max, slot_word, Stored, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    finish_race, for_each_word, keep_lower, load_part, one_read_row, own_word, pad_part, part_m, parts_mass, race_one,
+    race_philox, row_mass_and, row_max, slot_word, Stored, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH,
+    SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
@@ -225,9 +226,6 @@ const EDGE_RCP: u32 = HIST_SHARED;
 /// Coarse bins an octave of probabilities.
 const COARSE_STEPS: u32 = 1 << 4;
 
-/// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
-const UNROLL: u32 = 4;
-const _: () = assert!(super::filter_top_k::PART_COLS.is_multiple_of(UNROLL * 1024));
 /// Words of [`histogram_shared`]: the histograms.
 const HIST_SHARED: u32 = 2 * BINS + FINE_BINS;
 
@@ -281,12 +279,8 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     b.barrier();
     b.for_("i", lid.clone(), u(HIST_SHARED), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
-    // `PART_COLS` is a whole number of steps of the binning loop below (blocks are powers of
-    // two, at most 1024), so the padded keys stay in the array.
-    let step = b.let_("h_step", Ty::U32, bs.clone() * u(UNROLL));
-    let padded = b.let_("n_padded", Ty::U32, (n.clone() + step.clone() - u(1)) / step.clone() * step.clone());
     let none = unbinned(input);
-    b.for_("i", lid.clone() + n.clone(), padded.clone(), bs.clone(), |b, i| b.store_shared(KEYS, i, u(none)));
+    let padded = pad_part(b, n.clone(), none);
     if matches!(input, Input::Probs) {
         // Read after `load_part`'s barrier.
         b.if_(lid.clone().lt(u(COARSE_STEPS)), |b| {
@@ -297,14 +291,14 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     }
     let m = load_part(b, input, n.clone(), Stored::Values(none));
     let (coarse, fine) = (COARSE.grid(input), FINE.grid(input));
-    // Each key's index on the fine grid, and on the coarse one the same shifted right (a floor
+    // Each value's index on the fine grid, and on the coarse one the same shifted right (a floor
     // of a floor by a power of two is the floor), each counted down from the grid's origin in
     // u32: a value past the bins wraps past them. From logits the index is `floor(z 2^15)` as
-    // an i32, one conversion a key, which saturates: the indices are the grids' (those the cut
+    // an i32, one conversion a value, which saturates: the indices are the grids' (those the cut
     // compares in floats, `Grid::reaches`) wherever `z` lies within 2^16 of 0, so a row whose
     // largest does not lie within 2^15 of 0 takes the filter kernel's body ([`estimate_cut`]),
     // and a part within the 32 units of such a row's largest that the estimate weighs has no
-    // key outside (a lower key saturates far below the bins). From probabilities the index is
+    // value outside (a lower one saturates far below the bins). From probabilities the index is
     // the bits shifted.
     let coarser = u(FINE.shift(input) - COARSE.shift(input));
     let (r_at, rf_at) = match input {
@@ -318,72 +312,62 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
             b.let_("grid_rfu", Ty::U32, fine.bits_index(m.clone())),
         ),
     };
-    // Both grids in one pass over the keys on chip, every count a word of its own (the bin's
+    // Both grids in one pass over the values on chip, every count a word of its own (the bin's
     // address is its mass's, offset).
     let count = |b: &mut Block, at: u32, g: Expr, name: &str| {
         b.atomic_add(HIST, u(at) + g, u(1), name);
     };
-    // Four keys an invocation a step, read before any is binned: the loop's overhead once for
-    // them all (the words past the part's columns are `unbinned`'s, up to a whole step): a
-    // value's bits as the read stored them, with no test but its bins'.
-    b.for_("i", lid.clone(), padded, step, |b, i| {
-        let words: Vec<Expr> = (0..UNROLL)
-            .map(|j| b.let_(&format!("hk{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
-            .collect();
-        for k in words {
-            b.scope(|b| {
-                let z = b.let_("hz", Ty::F32, k.clone().bitcast(Ty::F32));
-                let (fi, ci) = match input {
-                    Input::Logits(_) => {
-                        let fi = b.let_("hfi", Ty::I32, floor_i32(z.clone() * fine.scale.clone()));
-                        let ci = b.let_("hci", Ty::I32, fi.clone() >> coarser.clone());
-                        (fi.bitcast(Ty::U32), ci.bitcast(Ty::U32))
-                    }
-                    Input::Probs => {
-                        let fi = b.let_("hfi", Ty::U32, fine.bits_index(z.clone()));
-                        (fi.clone(), b.let_("hci", Ty::U32, fi >> coarser.clone()))
-                    }
-                };
-                let gf = b.let_("hfg", Ty::U32, rf_at.clone() - fi);
-                b.if_(gf.clone().lt(u(FINE_BINS)), |b| count(b, 2 * BINS, gf, "hist_f_old"));
-                let g = b.let_("hg", Ty::U32, r_at.clone() - ci.clone());
-                b.if_(g.clone().lt(u(BINS)), |b| {
-                    // Against the bin's upper edge, not the part's maximum: a tail
-                    // of thousands of tokens under 2^-19 of the maximum each would
-                    // round to a unit or to nothing. An estimate within its bound
-                    // (`COARSE_ERROR`), so the target's fast exponential.
-                    let we = match input {
-                        // The edge `(ci + 1) 2^-4`: `ci + 1` (within 2^20 of 0) as f32
-                        // by the float add of 1.5 2^23 to its bits, no conversion; its
-                        // product by 2^-4 is exact, so one fused step subtracts it.
-                        Input::Logits(_) => {
-                            let above = (ci + u(MAGIC.to_bits() + 1)).bitcast(Ty::F32) - f(MAGIC);
-                            approx_exp(fma(above, -coarse.inv.clone(), z.clone()))
-                        }
-                        // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge
-                        // is `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the
-                        // ratio is `(1 + m) 16 / (17 + j)`, within an ulp. A subnormal
-                        // `p` lies in a bin only of a part whose largest is under 2^-94,
-                        // whose 4096 tokens weigh under 2^-64 of the row's mass (its
-                        // largest is at least 1 / 2^23): off by no more than that.
-                        Input::Probs => {
-                            let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
-                            let j = ci & u(COARSE_STEPS - 1);
-                            let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
-                            mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
-                        }
-                    };
-                    // Rounded to an integer by the float add of 2^23 (the weight is at
-                    // most about 1, so the sum lies where floats are integers; the
-                    // product by 2^19 is exact, one fused step), its bits summed as
-                    // they are: the copy into the slot takes the 2^23's bits away,
-                    // once a token (a sum below 2^31, so exact in u32).
-                    let placed = fma(we, f((1u32 << HIST_BITS) as f32), f(ROUNDER));
-                    b.atomic_add(HIST, g.clone(), placed.bitcast(Ty::U32), "hist_old");
-                    count(b, BINS, g, "hist_n_old");
-                });
-            });
-        }
+    // A value's bits as the read stored them (past the part's columns `unbinned`'s), with no
+    // test but its bins'.
+    for_each_word(b, padded, "hk", &|b, k| {
+        let z = b.let_("hz", Ty::F32, k.clone().bitcast(Ty::F32));
+        let (fi, ci) = match input {
+            Input::Logits(_) => {
+                let fi = b.let_("hfi", Ty::I32, floor_i32(z.clone() * fine.scale.clone()));
+                let ci = b.let_("hci", Ty::I32, fi.clone() >> coarser.clone());
+                (fi.bitcast(Ty::U32), ci.bitcast(Ty::U32))
+            }
+            Input::Probs => {
+                let fi = b.let_("hfi", Ty::U32, fine.bits_index(z.clone()));
+                (fi.clone(), b.let_("hci", Ty::U32, fi >> coarser.clone()))
+            }
+        };
+        let gf = b.let_("hfg", Ty::U32, rf_at.clone() - fi);
+        b.if_(gf.clone().lt(u(FINE_BINS)), |b| count(b, 2 * BINS, gf, "hist_f_old"));
+        let g = b.let_("hg", Ty::U32, r_at.clone() - ci.clone());
+        b.if_(g.clone().lt(u(BINS)), |b| {
+            // Against the bin's upper edge, not the part's maximum: a tail of thousands of
+            // tokens under 2^-19 of the maximum each would round to a unit or to nothing.
+            // An estimate within its bound (`COARSE_ERROR`), so the target's fast
+            // exponential.
+            let we = match input {
+                // The edge `(ci + 1) 2^-4`: `ci + 1` (within 2^20 of 0) as f32 by the float
+                // add of 1.5 2^23 to its bits, no conversion; its product by 2^-4 is exact,
+                // so one fused step subtracts it.
+                Input::Logits(_) => {
+                    let above = (ci + u(MAGIC.to_bits() + 1)).bitcast(Ty::F32) - f(MAGIC);
+                    approx_exp(fma(above, -coarse.inv.clone(), z.clone()))
+                }
+                // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is `2^e (1 +
+                // (j + 1) / 16)` (`2^(e + 1)` for the last): the ratio is `(1 + m) 16 / (17
+                // + j)`, within an ulp. A subnormal `p` lies in a bin only of a part whose
+                // largest is under 2^-94, whose 4096 tokens weigh under 2^-64 of the row's
+                // mass (its largest is at least 1 / 2^23): off by no more than that.
+                Input::Probs => {
+                    let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
+                    let j = ci & u(COARSE_STEPS - 1);
+                    let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
+                    mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
+                }
+            };
+            // Rounded to an integer by the float add of 2^23 (the weight is at most about
+            // 1, so the sum lies where floats are integers; the product by 2^19 is exact,
+            // one fused step), its bits summed as they are: the copy into the slot takes
+            // the 2^23's bits away, once a token (a sum below 2^31, so exact in u32).
+            let placed = fma(we, f((1u32 << HIST_BITS) as f32), f(ROUNDER));
+            b.atomic_add(HIST, g.clone(), placed.bitcast(Ty::U32), "hist_old");
+            count(b, BINS, g, "hist_n_old");
+        });
     });
     b.barrier();
     // Into the slot: the masses less their tokens' 2^23s, the counts (coarse, then fine) two a
@@ -1684,4 +1668,61 @@ fn cut_kernel(input: Input) -> Kernel {
 /// The cut kernels, per input of the path.
 pub fn all() -> Vec<Kernel> {
     super::filter_top_k::inputs().into_iter().map(cut_kernel).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The largest `z` (from logits) of a row whose parts' bins [`estimate_cut`] places.
+    const PLACED: f32 = 32768.0;
+
+    /// [`histogram_part`]'s integer bins from logits, as its IR computes them (a saturating
+    /// floor, an arithmetic shift, u32 differences), against the grids' floats (`Grid::index`,
+    /// `Grid::origin`, `Grid::edge`) in f64: the same bin on both grids for every value a part
+    /// of a placed row bins, and no bin for a value far below or for [`unbinned`]'s. It fails
+    /// with rows placed up to 70000 from 0 (a saturated index, another bin), or with the edge's
+    /// bits one short.
+    #[test]
+    fn integer_bins_are_the_grids() {
+        let input = Input::Logits(super::super::abi::Dtype::F32);
+        let (coarse, fine) = (COARSE.shift(input), FINE.shift(input));
+        let floor_i32 = |x: f32| x.floor() as i32; // `as` saturates, as `FloorI32` does
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for _ in 0..200_000 {
+            // A part's largest within 32 of a placed row's largest, and a value below it (on the
+            // grids' edges a tenth of the time).
+            let m = ((2.0 * next() - 1.0) * PLACED as f64) as f32;
+            let mut z = (m as f64 - 40.0 * next()) as f32;
+            if next() < 0.1 {
+                z = ((z as f64 * 16.0).floor() / 16.0) as f32;
+            }
+            let low = floor_i32(-m * (1u32 << fine) as f32);
+            let (ru, rfu) = (0u32.wrapping_sub((low >> (fine - coarse)) as u32), 0u32.wrapping_sub(low as u32));
+            let fi = floor_i32(z * (1u32 << fine) as f32);
+            let ci = fi >> (fine - coarse);
+            let (g, gf) = (ru.wrapping_sub(ci as u32), rfu.wrapping_sub(fi as u32));
+            // The floats' bins, in f64 (the products by powers of two are exact in f32 too).
+            let origin = |s: u32| (m as f64 * (1u64 << s) as f64).ceil();
+            let index = |s: u32| (z as f64 * (1u64 << s) as f64).floor();
+            let want = |s: u32, bins: u32| Some(origin(s) - index(s)).filter(|&b| b < bins as f64);
+            assert_eq!(Some(g as f64).filter(|_| g < BINS), want(coarse, BINS), "coarse bin of {z} below {m}");
+            assert_eq!(Some(gf as f64).filter(|_| gf < FINE_BINS), want(fine, FINE_BINS), "fine bin of {z}");
+            // The edge above a coarse bin, from its index's bits.
+            let above = f32::from_bits((ci as u32).wrapping_add(MAGIC.to_bits() + 1)) - MAGIC;
+            assert_eq!(above as f64, index(coarse) + 1.0, "edge above {z}");
+            // A value far below, and the read's value for no mass, take no bin.
+            for far in [f32::from_bits(unbinned(input)), -1e30, -65537.0] {
+                let fi = floor_i32(far * (1u32 << fine) as f32);
+                assert!(ru.wrapping_sub((fi >> (fine - coarse)) as u32) >= BINS, "{far} binned below {m}");
+                assert!(rfu.wrapping_sub(fi as u32) >= FINE_BINS, "{far} finely binned below {m}");
+            }
+        }
+    }
 }
