@@ -131,6 +131,10 @@ const FINE_MARGIN: f32 = 1.0 / 16384.0;
 const ROUNDER: f32 = 8_388_608.0;
 /// 1.5 2^23: an integer within 2^22 of 0 added to its bits gives the float that integer plus it.
 const MAGIC: f32 = 12_582_912.0;
+/// The largest `|z|` of a row from logits whose parts' bins [`estimate_cut`] places: the
+/// integer indices of [`histogram_part`] are the grids' within 2^16 of 0, and a part the
+/// estimate weighs lies within 32 of its row's largest.
+const PLACED: f32 = 32768.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array: the
@@ -377,8 +381,8 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         b.if_else(
             i.clone().lt(u(BINS)),
             |b| {
-                let n = load_shared(HIST, u(BINS) + i.clone());
-                b.store(SCRATCH, to.clone(), load_shared(HIST, i.clone()) - n * u(ROUNDER.to_bits()))
+                let tokens = load_shared(HIST, u(BINS) + i.clone());
+                b.store(SCRATCH, to.clone(), load_shared(HIST, i.clone()) - tokens * u(ROUNDER.to_bits()))
             },
             |b| {
                 let pair = b.let_("hpair", Ty::U32, i.clone() * u(2) - u(BINS));
@@ -428,7 +432,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
     // From logits, the parts' bins are the grids' only where the largest lies within 2^15 of 0
     // (`histogram_part`; a test that also fails for one not finite).
     let placeable = match input {
-        Input::Logits(_) => mx.clone().abs().lt(f(32768.0)),
+        Input::Logits(_) => mx.clone().abs().lt(f(PLACED)),
         Input::Probs => finite,
     };
     b.if_else(
@@ -1673,9 +1677,6 @@ pub fn all() -> Vec<Kernel> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The largest `z` (from logits) of a row whose parts' bins [`estimate_cut`] places.
-    const PLACED: f32 = 32768.0;
 
     /// [`histogram_part`]'s integer bins from logits, as its IR computes them (a saturating
     /// floor, an arithmetic shift, u32 differences), against the grids' floats (`Grid::index`,

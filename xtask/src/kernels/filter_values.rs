@@ -368,8 +368,7 @@ pub(super) fn score_floor(input: Input, x: Expr, rcp_t: Expr, word: Expr) -> Exp
         Input::Probs => {
             let un = call(philox::UNIFORM, vec![word]);
             let v = x * approx_div(un.clone(), f(1.0) - un) * f(1.0 - 1.0 / 65_536.0);
-            let normal = v.clone().ge(f(SCREEN_LEAST)).and(v.clone().lt(f(1.0 / SCREEN_LEAST)));
-            select(normal, v, f(f32::NEG_INFINITY))
+            select(screenable(v.clone()), v, f(f32::NEG_INFINITY))
         }
     }
 }
@@ -396,7 +395,7 @@ pub(super) fn screen(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: Ex
         Input::Probs => {
             let e = race::screened_exponential(b, word);
             let a = b.let_("pa", Ty::F32, approx_div(x, e));
-            let in_range = a.clone().ge(f(SCREEN_LEAST)).and(a.clone().lt(f(1.0 / SCREEN_LEAST)));
+            let in_range = screenable(a.clone());
             (a.clone() * f(1.0 - SCREEN_REL), a * f(1.0 + SCREEN_REL), in_range)
         }
     };
@@ -408,6 +407,13 @@ pub(super) fn screen(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: Ex
 const SCREEN_REL: f32 = 1.0 / 4096.0;
 /// The least screened score from probabilities that [`screen`] bounds, 2^-100.
 const SCREEN_LEAST: f32 = 7.888_609e-31;
+
+/// Whether a bound or screen `v` from probabilities lies in `[2^-100, 2^100)`, where
+/// [`score_floor`] and [`screen`] claim their relative bounds (normal products, no subnormal
+/// rounding, no overflow).
+fn screenable(v: Expr) -> Expr {
+    v.clone().ge(f(SCREEN_LEAST)).and(v.lt(f(1.0 / SCREEN_LEAST)))
+}
 
 /// The float64 log-probability, up to the row's constant, that the seeded race scores: `z - max`
 /// (its [`order_value`]), or `ln p`.
