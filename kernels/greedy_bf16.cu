@@ -37,7 +37,7 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_log.cuh"
 #include "functions/sk_for_each_column_then_3.cuh"
 #include "functions/sk_whole_row_results.cuh"
-#include "functions/sk_last_part_on.cuh"
+#include "functions/sk_merge_if_last.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
     const unsigned short* __restrict__ x, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -178,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             __syncthreads();
             unsigned int arrived = 0u;
             if ((threadIdx.x == 0u)) {
-                // built by kernels::combine::last_part_on
+                // built by last_part::merge_if_last
                 unsigned int before = 0u;
                 before = atomicAdd(&counters[row_slot], 1u);
                 arrived = (before + 1u);
@@ -186,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             unsigned int arrivals = 0u;
             arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
-                sk_last_part_on(parts, row_slot, row);
+                sk_merge_if_last(parts, row_slot, row);
             }
         }
     }

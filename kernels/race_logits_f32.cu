@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
             __syncthreads();
             unsigned int arrived = 0u;
             if ((threadIdx.x == 0u)) {
-                // built by kernels::combine::last_part_on
+                // built by last_part::merge_if_last
                 unsigned int before = 0u;
                 before = atomicAdd(&counters[row_slot], 1u);
                 arrived = (before + 1u);
@@ -181,8 +181,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
             unsigned int arrivals = 0u;
             arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
-                // built by kernels::combine::last_part_on
+                // built by last_part::merge_if_last
                 __threadfence();
+                // built by kernels::combine::last_part_combines
                 {
                     // built by kernels::combine::last_part_combines
                     float best = sk_bitcast<float>(4286578688u);
@@ -254,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     }
                 }
                 if ((threadIdx.x == 0u)) {
+                    // built by last_part::merged_and_reset
                     counters[row_slot] = 0u;
                 }
             }

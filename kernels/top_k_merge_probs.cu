@@ -196,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                         __syncthreads();
                         unsigned int arrived = 0u;
                         if ((threadIdx.x == 0u)) {
-                            // built by kernels::combine::last_part_on
+                            // built by last_part::merge_if_last
                             unsigned int before = 0u;
                             before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
                             arrived = (before + 1u);
@@ -204,10 +204,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                         unsigned int arrivals = 0u;
                         arrivals = sk_block_max_u32(arrived);
                         if ((arrivals == parts)) {
-                            // built by kernels::combine::last_part_on
+                            // built by last_part::merge_if_last
                             __threadfence();
+                            // built by kernels::filter_top_p::cut_here
                             merges = true;
                             if ((threadIdx.x == 0u)) {
+                                // built by last_part::merged_and_reset
                                 partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
                             }
                         }

@@ -206,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_on
+                    // built by last_part::merge_if_last
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -214,12 +214,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int arrivals = 0u;
                 arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
+                    // built by last_part::merge_if_last
                     __threadfence();
+                    // built by kernels::filter_top_p::histogram_part
                     {
                         sk_histogram_part_2(parts, row_slot, pp, kk);
                     }
                     if ((threadIdx.x == 0u)) {
+                        // built by last_part::merged_and_reset
                         counters[row_slot] = 0u;
                     }
                 }
@@ -231,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_on
+                    // built by last_part::merge_if_last
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -239,8 +241,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int arrivals = 0u;
                 arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
+                    // built by last_part::merge_if_last
                     __threadfence();
+                    // built by kernels::filter_top_k::parts_kernel
                     {
                         // built by kernels::filter_top_k::parts_kernel
                         float m = sk_bitcast<float>(4286578688u);
@@ -300,6 +303,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         }
                     }
                     if ((threadIdx.x == 0u)) {
+                        // built by last_part::merged_and_reset
                         counters[row_slot] = 0u;
                     }
                 }

@@ -30,6 +30,8 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
+var<workgroup> sk_sums_lo: array<u32, 16>;
+var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
 var<workgroup> bucket_cols: array<u32, 64>;

@@ -28,6 +28,8 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
+var<workgroup> sk_sums_lo: array<u32, 16>;
+var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 2048>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;

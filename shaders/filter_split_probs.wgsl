@@ -31,6 +31,8 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
+var<workgroup> sk_sums_lo: array<u32, 16>;
+var<workgroup> sk_sums_hi: array<u32, 16>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);

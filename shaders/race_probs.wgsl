@@ -37,7 +37,6 @@ fn sk_load_x(i: u32) -> f32 {
     return x[i];
 }
 // The crate puts these files before this one:
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
@@ -48,257 +47,262 @@ fn sk_load_x(i: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var parts: u32 = max((params.flags >> 16u), 1u);
-    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::abi::for_each_row_part_at
-        var row_slot: u32 = (slot / parts);
-        var part: u32 = (slot - (row_slot * parts));
-        var row: u32 = row_slot;
-        var base: u32 = (row * params.stride);
-        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
-        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
-        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-        var noisy: bool = (t_raw >= (1e-6f));
-        var temp: f32 = select((1.0f), t_raw, noisy);
-        var best: f32 = bitcast<f32>(4286578688u);
-        var best_i: u32 = 4294967295u;
-        var best_z: f32 = bitcast<f32>(4286578688u);
-        var top: f32 = bitcast<f32>(4286578688u);
-        var top_i: u32 = 4294967295u;
-        var top_n: u32 = 0u;
-        var m: f32 = bitcast<f32>(4286578688u);
-        var s: f32 = (0.0f);
-        var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::abi::for_each_column_then
-            if (noisy) {
-                // built by kernels::race::probs_pass
-                let sk_e0: u32 = (row * 12u);
-                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
-            }
-            {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    let sk_e1: f32 = sk_load_x((base + col));
-                    var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                    var score: f32 = xv;
-                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::race::probs_pass
-                        if (noisy) {
-                            score = (xv / sk_exponential(w[0]));
+    if (((params.flags & 128u) == 0u)) {
+        // built by last_part::lower
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            // built by kernels::abi::for_each_row_part_at
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = row_slot;
+            var base: u32 = (row * params.stride);
+            var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+            var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+            var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var best: f32 = bitcast<f32>(4286578688u);
+            var best_i: u32 = 4294967295u;
+            var best_z: f32 = bitcast<f32>(4286578688u);
+            var top: f32 = bitcast<f32>(4286578688u);
+            var top_i: u32 = 4294967295u;
+            var top_n: u32 = 0u;
+            var m: f32 = bitcast<f32>(4286578688u);
+            var s: f32 = (0.0f);
+            var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::abi::for_each_column_then
+                if (noisy) {
+                    // built by kernels::race::probs_pass
+                    let sk_e0: u32 = (row * 12u);
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
+                }
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        let sk_e1: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                        var score: f32 = xv;
+                        if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::race::probs_pass
+                            if (noisy) {
+                                score = (xv / sk_exponential(w[0]));
+                            }
+                        } else {
+                            // built by kernels::race::probs_pass
+                            score = bitcast<f32>(4286578688u);
                         }
-                    } else {
-                        // built by kernels::race::probs_pass
-                        score = bitcast<f32>(4286578688u);
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            // built by kernels::race::keep
+                            best = score;
+                            best_i = col;
+                            best_z = xv;
+                        }
                     }
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::race::keep
-                        best = score;
-                        best_i = col;
-                        best_z = xv;
+                }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        let sk_e2: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        var score: f32 = xv;
+                        if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::race::probs_pass
+                            if (noisy) {
+                                score = (xv / sk_exponential(w[1]));
+                            }
+                        } else {
+                            // built by kernels::race::probs_pass
+                            score = bitcast<f32>(4286578688u);
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            // built by kernels::race::keep
+                            best = score;
+                            best_i = col;
+                            best_z = xv;
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        let sk_e3: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        var score: f32 = xv;
+                        if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::race::probs_pass
+                            if (noisy) {
+                                score = (xv / sk_exponential(w[2]));
+                            }
+                        } else {
+                            // built by kernels::race::probs_pass
+                            score = bitcast<f32>(4286578688u);
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            // built by kernels::race::keep
+                            best = score;
+                            best_i = col;
+                            best_z = xv;
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        let sk_e4: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var score: f32 = xv;
+                        if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::race::probs_pass
+                            if (noisy) {
+                                score = (xv / sk_exponential(w[3]));
+                            }
+                        } else {
+                            // built by kernels::race::probs_pass
+                            score = bitcast<f32>(4286578688u);
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            // built by kernels::race::keep
+                            best = score;
+                            best_i = col;
+                            best_z = xv;
+                        }
                     }
                 }
             }
-            {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    let sk_e2: f32 = sk_load_x((base + col));
-                    var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                    var score: f32 = xv;
-                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::race::probs_pass
-                        if (noisy) {
-                            score = (xv / sk_exponential(w[1]));
-                        }
-                    } else {
-                        // built by kernels::race::probs_pass
-                        score = bitcast<f32>(4286578688u);
-                    }
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::race::keep
-                        best = score;
-                        best_i = col;
-                        best_z = xv;
+            var win: f32 = (0.0f);
+            var tok: u32 = 0u;
+            sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
+            if ((parts <= 1u)) {
+                // built by kernels::race::race_row
+                if ((tok == 4294967295u)) {
+                    // built by kernels::race::whole_row_results
+                    tok = 0u;
+                }
+                var valid: bool = (win > (0.0f));
+                if ((sk_lid == 0u)) {
+                    // built by kernels::abi::write_results_as
+                    tokens[row] = select(0u, tok, valid);
+                    if (((params.flags & 2u) != 0u)) {
+                        status[row] = select(0u, 1u, valid);
                     }
                 }
-            }
-            {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    let sk_e3: f32 = sk_load_x((base + col));
-                    var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                    var score: f32 = xv;
-                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::race::probs_pass
-                        if (noisy) {
-                            score = (xv / sk_exponential(w[2]));
-                        }
-                    } else {
-                        // built by kernels::race::probs_pass
-                        score = bitcast<f32>(4286578688u);
-                    }
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::race::keep
-                        best = score;
-                        best_i = col;
-                        best_z = xv;
+                if (((params.flags & 1u) != 0u)) {
+                    // built by kernels::abi::write_results_as
+                    let sk_e5: f32 = sk_load_x((base + tok));
+                    var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                    if ((sk_lid == 0u)) {
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
                     }
                 }
-            }
-            {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    let sk_e4: f32 = sk_load_x((base + col));
-                    var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    var score: f32 = xv;
-                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::race::probs_pass
-                        if (noisy) {
-                            score = (xv / sk_exponential(w[3]));
-                        }
-                    } else {
-                        // built by kernels::race::probs_pass
-                        score = bitcast<f32>(4286578688u);
-                    }
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::race::keep
-                        best = score;
-                        best_i = col;
-                        best_z = xv;
-                    }
+            } else {
+                // built by kernels::race::race_row
+                var part_m: f32 = bitcast<f32>(4286578688u);
+                var part_s: f32 = (0.0f);
+                if ((sk_lid == 0u)) {
+                    // built by kernels::race::write_part
+                    atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
+                    atomicStore(&partials[((slot * 8u) + 1u)], tok);
+                    atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(bitcast<f32>(4286578688u)));
+                    atomicStore(&partials[((slot * 8u) + 4u)], 4294967295u);
+                    atomicStore(&partials[((slot * 8u) + 5u)], 0u);
+                    atomicStore(&partials[((slot * 8u) + 6u)], bitcast<u32>(part_m));
+                    atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
+                }
+                if (((best_i == tok) && (tok != 4294967295u))) {
+                    // built by kernels::race::write_part
+                    atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
                 }
             }
         }
-        var win: f32 = (0.0f);
-        var tok: u32 = 0u;
-        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
-        if ((parts <= 1u)) {
-            // built by kernels::race::race_row
-            if ((tok == 4294967295u)) {
-                // built by kernels::race::whole_row_results
-                tok = 0u;
-            }
-            var valid: bool = (win > (0.0f));
-            if ((sk_lid == 0u)) {
-                // built by kernels::abi::write_results_as
-                tokens[row] = select(0u, tok, valid);
-                if (((params.flags & 2u) != 0u)) {
-                    status[row] = select(0u, 1u, valid);
-                }
-            }
-            if (((params.flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
-                let sk_e5: f32 = sk_load_x((base + tok));
-                var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
-                }
-            }
-        } else {
-            // built by kernels::race::race_row
-            var part_m: f32 = bitcast<f32>(4286578688u);
-            var part_s: f32 = (0.0f);
-            if ((sk_lid == 0u)) {
-                // built by kernels::race::write_part
-                atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
-                atomicStore(&partials[((slot * 8u) + 1u)], tok);
-                atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(bitcast<f32>(4286578688u)));
-                atomicStore(&partials[((slot * 8u) + 4u)], 4294967295u);
-                atomicStore(&partials[((slot * 8u) + 5u)], 0u);
-                atomicStore(&partials[((slot * 8u) + 6u)], bitcast<u32>(part_m));
-                atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
-            }
-            if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::race::write_part
-                atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
-            }
-            storageBarrier();
-            workgroupBarrier();
-            var arrived: u32 = 0u;
-            if ((sk_lid == 0u)) {
-                // built by kernels::combine::last_part_on
-                var before: u32 = 0u;
-                before = atomicAdd(&counters[row_slot], 1u);
-                arrived = (before + 1u);
-            }
-            var arrivals: u32 = 0u;
-            arrivals = sk_block_max_u32(sk_lid, arrived);
-            if ((arrivals == parts)) {
-                // built by kernels::combine::last_part_on
-                storageBarrier();
-                {
+    } else {
+        // built by last_part::lower
+        var sk_merging: bool = false;
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            sk_merging = false;
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = row_slot;
+            if ((parts <= 1u)) {
+            } else {
+                sk_merging = (part == 0u);
+                if (sk_merging) {
                     // built by kernels::combine::last_part_combines
-                    var best: f32 = bitcast<f32>(4286578688u);
-                    var top: f32 = bitcast<f32>(4286578688u);
-                    var m: f32 = bitcast<f32>(4286578688u);
-                    var s: f32 = (0.0f);
-                    var best_i: u32 = 4294967295u;
-                    var top_i: u32 = 4294967295u;
-                    var top_n: u32 = 0u;
-                    for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        // built by kernels::combine::combine_row
-                        var pv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
-                        var pi: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                        if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
-                            best = pv;
-                            best_i = pi;
+                    {
+                        var best: f32 = bitcast<f32>(4286578688u);
+                        var top: f32 = bitcast<f32>(4286578688u);
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        var s: f32 = (0.0f);
+                        var best_i: u32 = 4294967295u;
+                        var top_i: u32 = 4294967295u;
+                        var top_n: u32 = 0u;
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::combine::combine_row
+                            var pv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
+                            var pi: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                            if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
+                                best = pv;
+                                best_i = pi;
+                            }
+                            var ptv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
+                            var pti: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
+                            if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
+                                top = ptv;
+                                top_i = pti;
+                            }
+                            top_n = (top_n + atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
+                            var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
+                            var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
+                            if ((pm > m)) {
+                                // built by kernels::softmax::online_logsumexp
+                                s = ((s * sk_exp((m - pm))) + ps);
+                                m = pm;
+                            } else {
+                                // built by kernels::softmax::online_logsumexp
+                                if ((pm > bitcast<f32>(4286578688u))) {
+                                    s = (s + (ps * sk_exp((pm - m))));
+                                }
+                            }
                         }
-                        var ptv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                        var pti: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
-                        if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
-                            top = ptv;
-                            top_i = pti;
+                        var win: f32 = (0.0f);
+                        var tok: u32 = 0u;
+                        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
+                        var tops: u32 = 0u;
+                        tops = sk_block_sum_u32(sk_lid, top_n);
+                        if ((tops > 0u)) {
+                            // built by kernels::combine::combine_row
+                            var top_win: f32 = (0.0f);
+                            var top_tok: u32 = 0u;
+                            sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
+                            tok = top_tok;
                         }
-                        top_n = (top_n + atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                        var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
-                        var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
-                        if ((pm > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - pm))) + ps);
-                            m = pm;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((pm > bitcast<f32>(4286578688u))) {
-                                s = (s + (ps * sk_exp((pm - m))));
+                        let sk_e6: bool = (tok == 4294967295u);
+                        var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e6)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e6);
+                        if ((tok == 4294967295u)) {
+                            // built by kernels::combine::combine_row
+                            tok = 0u;
+                        }
+                        var valid: bool = (win > (0.0f));
+                        if ((sk_lid == 0u)) {
+                            // built by kernels::abi::write_results_as
+                            tokens[row] = select(0u, tok, valid);
+                            if (((params.flags & 2u) != 0u)) {
+                                status[row] = select(0u, 1u, valid);
+                            }
+                        }
+                        if (((params.flags & 1u) != 0u)) {
+                            // built by kernels::abi::write_results_as
+                            if ((sk_lid == 0u)) {
+                                logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(z), (z > (0.0f))), valid);
                             }
                         }
                     }
-                    var win: f32 = (0.0f);
-                    var tok: u32 = 0u;
-                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
-                    var tops: u32 = 0u;
-                    tops = sk_block_sum_u32(sk_lid, top_n);
-                    if ((tops > 0u)) {
-                        // built by kernels::combine::combine_row
-                        var top_win: f32 = (0.0f);
-                        var top_tok: u32 = 0u;
-                        sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
-                        tok = top_tok;
-                    }
-                    let sk_e6: bool = (tok == 4294967295u);
-                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e6)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e6);
-                    if ((tok == 4294967295u)) {
-                        // built by kernels::combine::combine_row
-                        tok = 0u;
-                    }
-                    var valid: bool = (win > (0.0f));
                     if ((sk_lid == 0u)) {
-                        // built by kernels::abi::write_results_as
-                        tokens[row] = select(0u, tok, valid);
-                        if (((params.flags & 2u) != 0u)) {
-                            status[row] = select(0u, 1u, valid);
-                        }
+                        // built by last_part::merged_and_reset
+                        atomicStore(&counters[row_slot], 0u);
                     }
-                    if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results_as
-                        if ((sk_lid == 0u)) {
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(z), (z > (0.0f))), valid);
-                        }
-                    }
-                }
-                if ((sk_lid == 0u)) {
-                    atomicStore(&counters[row_slot], 0u);
                 }
             }
         }

@@ -45,258 +45,284 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel_screen.wgsl
 // shaders/functions/sk_for_each_column_then_12.wgsl
+// shaders/functions/sk_seeded_logits.wgsl
 // shaders/functions/sk_for_each_column_then_13.wgsl
-// shaders/functions/sk_write_seeded_part.wgsl
+// shaders/functions/sk_seeded_logits_row.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var parts: u32 = max((params.flags >> 16u), 1u);
-    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::abi::for_each_row_part_at
-        var row_slot: u32 = (slot / parts);
-        var part: u32 = (slot - (row_slot * parts));
-        var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
-        var base: u32 = (row * params.stride);
-        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
-        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
-        var takes: bool = true;
-        if (((params.flags & 16u) != 0u)) {
-            // built by kernels::seeded::seeded_logits
-            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-            var noisy: bool = (t_raw >= (1e-6f));
-            var temp: f32 = select((1.0f), t_raw, noisy);
-            var k_raw: u32 = rows[((row * 12u) + 2u)];
-            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
-            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
-            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
-            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
-            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
-            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
-        }
-        if (takes) {
-            // built by kernels::seeded::seeded_logits_row
-            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-            var noisy: bool = (t_raw >= (1e-6f));
-            var temp: f32 = select((1.0f), t_raw, noisy);
-            var lo_best: f32 = bitcast<f32>(4286578688u);
-            var up1: f32 = bitcast<f32>(4286578688u);
-            var up1_i: u32 = 4294967295u;
-            var up2: f32 = bitcast<f32>(4286578688u);
-            var m: f32 = bitcast<f32>(4286578688u);
-            var s: f32 = (0.0f);
-            var comp: f32 = (0.0f);
-            if (((col_lo + (sk_lid * 4u)) < col_hi)) {
-                // built by kernels::abi::for_each_column_then
-                var x0: f32 = bitcast<f32>(4286578688u);
-                var x1: f32 = bitcast<f32>(4286578688u);
-                var x2: f32 = bitcast<f32>(4286578688u);
-                var x3: f32 = bitcast<f32>(4286578688u);
-                var x_at: u32 = (base + (col_lo + (sk_lid * 4u)));
-                let sk_e0: u32 = (col_lo + (sk_lid * 4u));
-                if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e1: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                    let sk_e2: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                    let sk_e3: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                    let sk_e4: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                } else {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e7: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
-                    let sk_e6: bool = (sk_e7 < col_hi);
-                    let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sk_e7, sk_e6)));
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)), sk_e6);
-                    let sk_e10: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
-                    let sk_e9: bool = (sk_e10 < col_hi);
-                    let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
-                    let sk_e13: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
-                    let sk_e12: bool = (sk_e13 < col_hi);
-                    let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
-                    let sk_e16: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
-                    let sk_e15: bool = (sk_e16 < col_hi);
-                    let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
-                }
-                {
-                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-                {
-                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-                {
-                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-                {
-                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
+    if (((params.flags & 128u) == 0u)) {
+        // built by last_part::lower
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            // built by kernels::abi::for_each_row_part_at
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
+            var base: u32 = (row * params.stride);
+            var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+            var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+            var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
+            var takes: bool = true;
+            if (((params.flags & 16u) != 0u)) {
+                sk_seeded_logits(row, &takes);
             }
-            var floor_first: f32 = (0.0f);
-            floor_first = sk_block_max_f32(sk_lid, lo_best);
-            lo_best = floor_first;
-            for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::abi::for_each_column_then
-                var x0: f32 = bitcast<f32>(4286578688u);
-                var x1: f32 = bitcast<f32>(4286578688u);
-                var x2: f32 = bitcast<f32>(4286578688u);
-                var x3: f32 = bitcast<f32>(4286578688u);
-                var x_at: u32 = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e21: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
-                    let sk_e24: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
-                } else {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e27: u32 = (c0 + 0u);
-                    let sk_e26: bool = (sk_e27 < col_hi);
-                    let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sk_e27, sk_e26)));
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), sk_e26);
-                    let sk_e30: u32 = (c0 + 1u);
-                    let sk_e29: bool = (sk_e30 < col_hi);
-                    let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sk_e30, sk_e29)));
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), sk_e29);
-                    let sk_e33: u32 = (c0 + 2u);
-                    let sk_e32: bool = (sk_e33 < col_hi);
-                    let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sk_e33, sk_e32)));
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)), sk_e32);
-                    let sk_e36: u32 = (c0 + 3u);
-                    let sk_e35: bool = (sk_e36 < col_hi);
-                    let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sk_e36, sk_e35)));
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)), sk_e35);
-                }
-                {
-                    var col: u32 = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+            if (takes) {
+                // built by kernels::seeded::seeded_logits_row
+                var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+                var noisy: bool = (t_raw >= (1e-6f));
+                var temp: f32 = select((1.0f), t_raw, noisy);
+                var lo_best: f32 = bitcast<f32>(4286578688u);
+                var up1: f32 = bitcast<f32>(4286578688u);
+                var up1_i: u32 = 4294967295u;
+                var up2: f32 = bitcast<f32>(4286578688u);
+                var m: f32 = bitcast<f32>(4286578688u);
+                var s: f32 = (0.0f);
+                var comp: f32 = (0.0f);
+                if (((col_lo + (sk_lid * 4u)) < col_hi)) {
+                    // built by kernels::abi::for_each_column_then
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var x_at: u32 = (base + (col_lo + (sk_lid * 4u)));
+                    let sk_e0: u32 = (col_lo + (sk_lid * 4u));
+                    if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
+                        // built by kernels::abi::load_quad_as
+                        let sk_e1: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                        let sk_e2: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        let sk_e3: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        let sk_e4: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::abi::load_quad_as
+                        let sk_e7: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                        let sk_e6: bool = (sk_e7 < col_hi);
+                        let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sk_e7, sk_e6)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)), sk_e6);
+                        let sk_e10: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                        let sk_e9: bool = (sk_e10 < col_hi);
+                        let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
+                        let sk_e13: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                        let sk_e12: bool = (sk_e13 < col_hi);
+                        let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
+                        let sk_e16: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                        let sk_e15: bool = (sk_e16 < col_hi);
+                        let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
                     }
-                }
-                {
-                    var col: u32 = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-                {
-                    var col: u32 = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-                {
-                    var col: u32 = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
-                    }
-                }
-            }
-            s = (s - comp);
-            var row_max: f32 = (0.0f);
-            row_max = sk_block_max_f32(sk_lid, m);
-            var row_sum: f32 = (0.0f);
-            row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
-            var row_m: f32 = row_max;
-            var row_s: f32 = row_sum;
-            var combining: bool = false;
-            if ((parts > 1u)) {
-                sk_write_seeded_part(sk_lid, row_slot, parts, part, &lo_best, &up1, &up1_i, &up2, &row_m, &row_s, &col_lo, &col_hi, &combining);
-            }
-            if (((parts <= 1u) || combining)) {
-                var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
-                var screen_floor: f32 = (0.0f);
-                screen_floor = sk_block_max_f32(sk_lid, lo_best);
-                let sk_e41: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                var screened: bool = (sk_e41 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e41)) - (41.0f))));
-                var best: f64 = bitcast<f64>(18442240474082181120lu);
-                var best_i: u32 = 4294967295u;
-                var mine: bool = ((!screened) || (up2 >= screen_floor));
-                var any_rescan: u32 = 0u;
-                any_rescan = sk_block_max_u32(sk_lid, select(0u, 1u, mine));
-                var rescan: bool = select(mine, (any_rescan > 0u), combining);
-                if (rescan) {
-                    // built by kernels::seeded::seeded_logits_finish
-                    for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        // built by kernels::abi::for_each_column_then
-                        {
-                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
-                        }
-                        {
-                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
-                        }
-                        {
-                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
-                        }
-                        {
-                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                         }
                     }
-                } else {
-                    // built by kernels::seeded::seeded_logits_finish
-                    if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        let sk_e63: f32 = sk_load_x((base + up1_i));
-                        let sk_e62: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
-                        var p: f32 = (select(select(sk_exp((sk_e62 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e62 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                        var s64: f64 = lp;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e64: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], up1_i)));
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                         }
-                        best = s64;
-                        best_i = up1_i;
+                    }
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
+                    }
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
                     }
                 }
-                var reads: u32 = 0u;
-                reads = sk_block_max_u32(sk_lid, select(1u, 2u, rescan));
-                var win: f64 = (0.0lf);
-                var tok: u32 = 0u;
-                sk_block_argmax_f64(sk_lid, best, best_i, &win, &tok);
-                if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
-                    // built by kernels::seeded::seeded_logits_finish
-                    passes[row] = reads;
-                }
-                var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
-                if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results_as
-                    tokens[row] = select(0u, tok, valid);
-                    if (((params.flags & 2u) != 0u)) {
-                        status[row] = select(0u, 1u, valid);
+                var floor_first: f32 = (0.0f);
+                floor_first = sk_block_max_f32(sk_lid, lo_best);
+                lo_best = floor_first;
+                for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    // built by kernels::abi::for_each_column_then
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var x_at: u32 = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::abi::load_quad_as
+                        let sk_e21: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                        let sk_e22: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                        let sk_e23: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                        let sk_e24: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::abi::load_quad_as
+                        let sk_e27: u32 = (c0 + 0u);
+                        let sk_e26: bool = (sk_e27 < col_hi);
+                        let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sk_e27, sk_e26)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), sk_e26);
+                        let sk_e30: u32 = (c0 + 1u);
+                        let sk_e29: bool = (sk_e30 < col_hi);
+                        let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sk_e30, sk_e29)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), sk_e29);
+                        let sk_e33: u32 = (c0 + 2u);
+                        let sk_e32: bool = (sk_e33 < col_hi);
+                        let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sk_e33, sk_e32)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)), sk_e32);
+                        let sk_e36: u32 = (c0 + 3u);
+                        let sk_e35: bool = (sk_e36 < col_hi);
+                        let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sk_e36, sk_e35)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)), sk_e35);
+                    }
+                    {
+                        var col: u32 = (c0 + 0u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
+                    }
+                    {
+                        var col: u32 = (c0 + 1u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
+                    }
+                    {
+                        var col: u32 = (c0 + 2u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
+                    }
+                    {
+                        var col: u32 = (c0 + 3u);
+                        if ((col < col_hi)) {
+                            sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        }
                     }
                 }
-                if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
-                    let sk_e66: f32 = sk_load_x((base + tok));
-                    let sk_e65: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
-                    var p: f32 = (select(select(sk_exp((sk_e65 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e65 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                s = (s - comp);
+                var row_max: f32 = (0.0f);
+                row_max = sk_block_max_f32(sk_lid, m);
+                var row_sum: f32 = (0.0f);
+                row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
+                var row_m: f32 = row_max;
+                var row_s: f32 = row_sum;
+                var combining: bool = false;
+                if ((parts > 1u)) {
+                    var part_floor: f32 = (0.0f);
+                    part_floor = sk_block_max_f32(sk_lid, lo_best);
+                    var part_up1: f32 = (0.0f);
+                    var part_up1_i: u32 = 0u;
+                    sk_block_argmax_f32(sk_lid, up1, up1_i, &part_up1, &part_up1_i);
+                    var part_up2: f32 = (0.0f);
+                    part_up2 = sk_block_max_f32(sk_lid, select(up1, up2, (up1_i == part_up1_i)));
                     if ((sk_lid == 0u)) {
-                        logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
+                        // built by kernels::seeded::write_seeded_part
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 0u)], bitcast<u32>(row_m));
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 1u)], bitcast<u32>(row_s));
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 2u)], bitcast<u32>(part_floor));
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 3u)], bitcast<u32>(part_up1));
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 4u)], part_up1_i);
+                        atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 5u)], bitcast<u32>(part_up2));
+                    }
+                }
+                if (((parts <= 1u) || combining)) {
+                    sk_seeded_logits_row(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
+                }
+            }
+        }
+    } else {
+        // built by last_part::lower
+        var sk_merging: bool = false;
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            sk_merging = false;
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
+            var base: u32 = (row * params.stride);
+            var col_lo: u32 = 0u;
+            var col_hi: u32 = 0u;
+            var takes: bool = true;
+            if (((params.flags & 16u) != 0u)) {
+                sk_seeded_logits(row, &takes);
+            }
+            if (takes) {
+                var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+                var noisy: bool = (t_raw >= (1e-6f));
+                var temp: f32 = select((1.0f), t_raw, noisy);
+                var lo_best: f32 = (0.0f);
+                var up1: f32 = (0.0f);
+                var up1_i: u32 = 0u;
+                var up2: f32 = (0.0f);
+                var row_m: f32 = (0.0f);
+                var row_s: f32 = (0.0f);
+                var combining: bool = false;
+                if ((parts > 1u)) {
+                    sk_merging = (part == 0u);
+                    if (sk_merging) {
+                        // built by kernels::seeded::seeded_logits_row
+                        {
+                            lo_best = bitcast<f32>(4286578688u);
+                            up1 = bitcast<f32>(4286578688u);
+                            up1_i = 4294967295u;
+                            up2 = bitcast<f32>(4286578688u);
+                            var m: f32 = bitcast<f32>(4286578688u);
+                            var s: f32 = (0.0f);
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::seeded::combine_parts
+                                var pm: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
+                                var ps: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
+                                if ((pm > m)) {
+                                    // built by kernels::softmax::softmax_merge
+                                    var r: f32 = sk_exp((m - pm));
+                                    s = (s * r);
+                                    m = pm;
+                                }
+                                var ex: f32 = sk_exp((pm - m));
+                                s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
+                                lo_best = max(lo_best, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
+                                if ((bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
+                                    // built by kernels::race::bound
+                                    up2 = up1;
+                                    up1 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
+                                    up1_i = atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
+                                } else {
+                                    // built by kernels::race::bound
+                                    up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
+                                }
+                                up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)], 0u);
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)], 0u);
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)], 0u);
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)], 0u);
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)], 0u);
+                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)], 0u);
+                            }
+                            var row_max: f32 = (0.0f);
+                            row_max = sk_block_max_f32(sk_lid, m);
+                            var row_sum: f32 = (0.0f);
+                            row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
+                            row_m = row_max;
+                            row_s = row_sum;
+                        }
+                        col_lo = 0u;
+                        col_hi = params.vocab;
+                        combining = true;
+                        if ((sk_lid == 0u)) {
+                            // built by last_part::merged_and_reset
+                            atomicStore(&counters[row_slot], 0u);
+                        }
+                    }
+                }
+                if (sk_merging) {
+                    if (((parts <= 1u) || combining)) {
+                        sk_seeded_logits_row(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
                     }
                 }
             }

@@ -31,6 +31,8 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
+var<workgroup> sk_sums_lo: array<u32, 16>;
+var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
 var<workgroup> bucket_cols: array<u32, 64>;
@@ -77,24 +79,27 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_cut_part.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
+// shaders/functions/sk_cut_part_3.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
+// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_read_step_38.wgsl
-// shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_read_step_39.wgsl
+// shaders/functions/sk_race_one_6.wgsl
+// shaders/functions/sk_read_step_56.wgsl
 // shaders/functions/sk_read_step_40.wgsl
 // shaders/functions/sk_read_step_3.wgsl
 // shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_select_in_range.wgsl
 // shaders/functions/sk_read_step_5.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_race_sweep_3.wgsl
-// shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
+// shaders/functions/sk_read_step_47.wgsl
 // shaders/functions/sk_read_step_41.wgsl
 // shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_42.wgsl
@@ -102,119 +107,112 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_choose_bin.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
+// shaders/functions/sk_race_one_8.wgsl
 // shaders/functions/sk_read_step_43.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_8.wgsl
 // shaders/functions/sk_read_step_44.wgsl
 // shaders/functions/sk_read_step_9.wgsl
-// shaders/functions/sk_race_one_2.wgsl
-// shaders/functions/sk_read_step_45.wgsl
 // shaders/functions/sk_read_step_46.wgsl
-// shaders/functions/sk_read_step_47.wgsl
-// shaders/functions/sk_race_one_3.wgsl
-// shaders/functions/sk_race_tied_range.wgsl
-// shaders/functions/sk_select_in_range_2.wgsl
 // shaders/functions/sk_read_step_48.wgsl
 // shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_write_results_as.wgsl
-// shaders/functions/sk_merge.wgsl
-// shaders/functions/sk_digit_counts_6.wgsl
+// shaders/functions/sk_merge_3.wgsl
 // shaders/functions/sk_cut_part_4.wgsl
-// shaders/functions/sk_cut_here.wgsl
-// shaders/functions/sk_attempt_cut.wgsl
+// shaders/functions/sk_attempt_cut_7.wgsl
+// shaders/functions/sk_digit_counts_6.wgsl
 // shaders/functions/sk_race_3.wgsl
 // shaders/functions/sk_select_in_range_3.wgsl
-// shaders/functions/sk_attempt_cut_2.wgsl
+// shaders/functions/sk_attempt_cut_8.wgsl
 // shaders/functions/sk_select_in_range_4.wgsl
-// shaders/functions/sk_attempt_cut_3.wgsl
-// shaders/functions/sk_cut_row.wgsl
-// shaders/functions/sk_merge_cut.wgsl
+// shaders/functions/sk_attempt_cut_9.wgsl
+// shaders/functions/sk_cut_row_3.wgsl
+// shaders/functions/sk_merge_cut_3.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_for_each_read.wgsl
-// shaders/functions/sk_write_results_as_2.wgsl
-// shaders/functions/sk_row_max.wgsl
+// shaders/functions/sk_write_results_as_5.wgsl
+// shaders/functions/sk_row_max_5.wgsl
+// shaders/functions/sk_merge_kernel.wgsl
+// shaders/functions/sk_for_each_row_group_at.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var parts: u32 = max((params.flags >> 16u), 1u);
-    var cut_here: bool = ((params.flags & 64u) != 0u);
-    for (var group: u32 = sk_wid.x; group < (params.batch * select(1u, parts, cut_here)); group = group + sk_nwg.x) {
-        // built by kernels::abi::for_each_row_group_at
-        var slot: u32 = (group / select(1u, parts, cut_here));
-        var part: u32 = (group - (slot * select(1u, parts, cut_here)));
-        var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
-        var base: u32 = (row * params.stride);
-        var col_lo: u32 = 0u;
-        var col_hi: u32 = params.vocab;
-        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-        var noisy: bool = (t_raw >= (1e-6f));
-        var temp: f32 = select((1.0f), t_raw, noisy);
-        var k_raw: u32 = rows[((row * 12u) + 2u)];
-        var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
-        var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
-        var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
-        var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
-        var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
-        var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-        if (((!((params.flags & 8u) != 0u)) || filtered)) {
-            // built by kernels::filter_top_k::merge_kernel
-            var one_read_done: bool = false;
-            var has_k: bool = (kk < params.vocab);
-            var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            var kc: u32 = select(kk, 256u, capped);
-            let sk_e0: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e1: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-            var reads_before: u32 = select(0u, 1u, one_read);
-            var merges: bool = (part == 0u);
-            if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here(sk_lid, slot, parts, part, row, temp, base, mp, noisy, &col_lo, &col_hi, &merges);
-            }
-            var min_p_raced: bool = false;
-            if (min_p_cut) {
-                top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
-                min_p_raced = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) >= 2u);
-            }
-            if (merges) {
-                if (one_read) {
-                    if (top_p_cut) {
-                        sk_merge_cut(sk_lid, slot, parts, row, mp, col_hi, col_lo, base, temp, pp, kk, noisy, &reads_before, &one_read_done);
-                    } else {
-                        if (min_p_raced) {
-                            {
-                                var m: f32 = bitcast<f32>(4286578688u);
-                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                    // built by kernels::filter_top_k::row_max
-                                    m = max(m, bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)])));
-                                }
-                                var row_m: f32 = (0.0f);
-                                row_m = sk_block_max_f32(sk_lid, m);
-                                var s: f32 = (0.0f);
-                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                    // built by kernels::filter_top_k::parts_mass
-                                    var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
-                                    if ((mp_p > bitcast<f32>(4286578688u))) {
-                                        s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
-                                    }
-                                }
-                                var row_s: f32 = (0.0f);
-                                row_s = sk_block_sum_f32(sk_lid, s);
-                                if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                                    sk_merge(sk_lid, parts, slot, row_m, mp, row, noisy, base, temp, row_s, &col_lo, &col_hi, &reads_before, &one_read_done);
+    if (((params.flags & 128u) == 0u)) {
+        // built by last_part::lower
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        var cut_here: bool = ((params.flags & 64u) != 0u);
+        for (var group: u32 = sk_wid.x; group < (params.batch * select(1u, parts, cut_here)); group = group + sk_nwg.x) {
+            sk_for_each_row_group_at(sk_lid, group, cut_here, parts);
+        }
+    } else {
+        // built by last_part::lower
+        var sk_merging: bool = false;
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        var cut_here: bool = ((params.flags & 64u) != 0u);
+        for (var group: u32 = sk_wid.x; group < (params.batch * select(1u, parts, cut_here)); group = group + sk_nwg.x) {
+            sk_merging = false;
+            var slot: u32 = (group / select(1u, parts, cut_here));
+            var part: u32 = (group - (slot * select(1u, parts, cut_here)));
+            var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
+            var base: u32 = (row * params.stride);
+            var col_lo: u32 = 0u;
+            var col_hi: u32 = 0u;
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var k_raw: u32 = rows[((row * 12u) + 2u)];
+            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
+            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
+            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
+            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
+            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
+            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
+            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            if (((!((params.flags & 8u) != 0u)) || filtered)) {
+                var one_read_done: bool = false;
+                var has_k: bool = (kk < params.vocab);
+                var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
+                var kc: u32 = select(kk, 256u, capped);
+                let sk_e459: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e459 + 1u)] == 1u) && (rows[(sk_e459 + 6u)] == 1u)))));
+                var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+                let sk_e460: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e460 + 1u)] == 1u) && (rows[(sk_e460 + 6u)] == 1u))));
+                var reads_before: u32 = select(0u, 1u, one_read);
+                var merges: bool = false;
+                if ((cut_here && (top_p_cut || min_p_cut))) {
+                    {
+                        var row_slot: u32 = slot;
+                        if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
+                            col_lo = min(((part * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
+                            col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
+                            col_lo = 0u;
+                            col_hi = params.vocab;
+                            merges = false;
+                            sk_merging = (part == 0u);
+                            if (sk_merging) {
+                                // built by kernels::filter_top_p::cut_here
+                                merges = true;
+                                if ((sk_lid == 0u)) {
+                                    // built by last_part::merged_and_reset
+                                    atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
                                 }
                             }
-                        } else {
-                            sk_row_max(sk_lid, parts, slot, kc, kk, pp, k_first, mp, base, temp, capped, row, noisy, &col_hi, &col_lo, &reads_before, &one_read_done);
                         }
                     }
                 }
-                if ((!one_read_done)) {
-                    sk_sweep(sk_lid, reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                if (sk_merging) {
+                    var min_p_raced: bool = false;
+                    if (min_p_cut) {
+                        // built by kernels::filter_top_k::merge_kernel
+                        top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
+                        min_p_raced = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) >= 2u);
+                    }
+                    if (merges) {
+                        sk_merge_kernel(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                    }
                 }
             }
         }

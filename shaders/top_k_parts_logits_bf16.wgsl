@@ -41,9 +41,9 @@ fn sk_load_x(i: u32) -> f32 {
 }
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
@@ -54,297 +54,311 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_read_step_33.wgsl
-// shaders/functions/sk_race_part.wgsl
+// shaders/functions/sk_race_part_3.wgsl
 // shaders/functions/sk_for_each_word.wgsl
 // shaders/functions/sk_for_each_word_2.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
-// shaders/functions/sk_place_cut.wgsl
-// shaders/functions/sk_histogram_part.wgsl
-// shaders/functions/sk_read_part.wgsl
-// shaders/functions/sk_clear.wgsl
+// shaders/functions/sk_place_cut_3.wgsl
+// shaders/functions/sk_row_max_3.wgsl
+// shaders/functions/sk_read_part_3.wgsl
+// shaders/functions/sk_clear_3.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var parts: u32 = max((params.flags >> 16u), 1u);
-    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::abi::for_each_row_part_at
-        var row_slot: u32 = (slot / parts);
-        var part: u32 = (slot - (row_slot * parts));
-        var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
-        var base: u32 = (row * params.stride);
-        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
-        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
-        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-        var noisy: bool = (t_raw >= (1e-6f));
-        var temp: f32 = select((1.0f), t_raw, noisy);
-        var k_raw: u32 = rows[((row * 12u) + 2u)];
-        var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
-        var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
-        var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
-        var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
-        var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
-        var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-        var has_k: bool = (kk < params.vocab);
-        var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-        var kc: u32 = select(kk, 256u, capped);
-        let sk_e0: u32 = (row * 12u);
-        var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-        var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-        let sk_e1: u32 = (row * 12u);
-        var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-        if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
-            // built by kernels::filter_top_k::parts_kernel
-            if (top_p_cut) {
-                workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&part_hist[i], 0u);
-                }
-                var n_cols: u32 = (col_hi - col_lo);
-                let sk_e2: u32 = (BLOCK * 4u);
-                var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
-                for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
-                    // built by kernels::filter_top_k::pad_part
-                    part_keys[i] = 4286578688u;
-                }
-                var m: f32 = bitcast<f32>(4286578688u);
-                for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
-                    // built by kernels::filter_values::for_each_read
-                    var li0: u32 = i0;
-                    var zx0: f32 = (0.0f);
-                    var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = (0.0f);
-                    var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = (0.0f);
-                    var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = (0.0f);
-                    var li4: u32 = (i0 + (BLOCK * 4u));
-                    var zx4: f32 = (0.0f);
-                    var li5: u32 = (i0 + (BLOCK * 5u));
-                    var zx5: f32 = (0.0f);
-                    var li6: u32 = (i0 + (BLOCK * 6u));
-                    var zx6: f32 = (0.0f);
-                    var li7: u32 = (i0 + (BLOCK * 7u));
-                    var zx7: f32 = (0.0f);
-                    var li8: u32 = (i0 + (BLOCK * 8u));
-                    var zx8: f32 = (0.0f);
-                    var li9: u32 = (i0 + (BLOCK * 9u));
-                    var zx9: f32 = (0.0f);
-                    var li10: u32 = (i0 + (BLOCK * 10u));
-                    var zx10: f32 = (0.0f);
-                    var li11: u32 = (i0 + (BLOCK * 11u));
-                    var zx11: f32 = (0.0f);
-                    var li12: u32 = (i0 + (BLOCK * 12u));
-                    var zx12: f32 = (0.0f);
-                    var li13: u32 = (i0 + (BLOCK * 13u));
-                    var zx13: f32 = (0.0f);
-                    var li14: u32 = (i0 + (BLOCK * 14u));
-                    var zx14: f32 = (0.0f);
-                    var li15: u32 = (i0 + (BLOCK * 15u));
-                    var zx15: f32 = (0.0f);
-                    if ((li15 < n_cols)) {
-                        sk_read_step_34(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
-                    } else {
-                        sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+    if (((params.flags & 128u) == 0u)) {
+        // built by last_part::lower
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            // built by kernels::abi::for_each_row_part_at
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
+            var base: u32 = (row * params.stride);
+            var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+            var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+            var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var k_raw: u32 = rows[((row * 12u) + 2u)];
+            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
+            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
+            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
+            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
+            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
+            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
+            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            var has_k: bool = (kk < params.vocab);
+            var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
+            var kc: u32 = select(kk, 256u, capped);
+            let sk_e0: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e1: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
+                // built by kernels::filter_top_k::parts_kernel
+                if (top_p_cut) {
+                    workgroupBarrier();
+                    for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
+                        // built by kernels::filter_top_p::histogram_part
+                        atomicStore(&part_hist[i], 0u);
                     }
-                    {
-                        sk_read_step_33(zx0, temp, li0, n_cols, &m);
+                    var n_cols: u32 = (col_hi - col_lo);
+                    let sk_e2: u32 = (BLOCK * 4u);
+                    var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
+                    for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
+                        // built by kernels::filter_top_k::pad_part
+                        part_keys[i] = 4286578688u;
                     }
-                    {
-                        sk_read_step_33(zx1, temp, li1, n_cols, &m);
+                    var m: f32 = bitcast<f32>(4286578688u);
+                    for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
+                        // built by kernels::filter_values::for_each_read
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        var zx1: f32 = (0.0f);
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx2: f32 = (0.0f);
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx3: f32 = (0.0f);
+                        var li4: u32 = (i0 + (BLOCK * 4u));
+                        var zx4: f32 = (0.0f);
+                        var li5: u32 = (i0 + (BLOCK * 5u));
+                        var zx5: f32 = (0.0f);
+                        var li6: u32 = (i0 + (BLOCK * 6u));
+                        var zx6: f32 = (0.0f);
+                        var li7: u32 = (i0 + (BLOCK * 7u));
+                        var zx7: f32 = (0.0f);
+                        var li8: u32 = (i0 + (BLOCK * 8u));
+                        var zx8: f32 = (0.0f);
+                        var li9: u32 = (i0 + (BLOCK * 9u));
+                        var zx9: f32 = (0.0f);
+                        var li10: u32 = (i0 + (BLOCK * 10u));
+                        var zx10: f32 = (0.0f);
+                        var li11: u32 = (i0 + (BLOCK * 11u));
+                        var zx11: f32 = (0.0f);
+                        var li12: u32 = (i0 + (BLOCK * 12u));
+                        var zx12: f32 = (0.0f);
+                        var li13: u32 = (i0 + (BLOCK * 13u));
+                        var zx13: f32 = (0.0f);
+                        var li14: u32 = (i0 + (BLOCK * 14u));
+                        var zx14: f32 = (0.0f);
+                        var li15: u32 = (i0 + (BLOCK * 15u));
+                        var zx15: f32 = (0.0f);
+                        if ((li15 < n_cols)) {
+                            sk_read_step_34(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                        } else {
+                            sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                        }
+                        {
+                            sk_read_step_33(zx0, temp, li0, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx1, temp, li1, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx2, temp, li2, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx3, temp, li3, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx4, temp, li4, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx5, temp, li5, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx6, temp, li6, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx7, temp, li7, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx8, temp, li8, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx9, temp, li9, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx10, temp, li10, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx11, temp, li11, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx12, temp, li12, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx13, temp, li13, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx14, temp, li14, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_33(zx15, temp, li15, n_cols, &m);
+                        }
                     }
-                    {
-                        sk_read_step_33(zx2, temp, li2, n_cols, &m);
+                    var part_m: f32 = (0.0f);
+                    part_m = sk_block_max_f32(sk_lid, m);
+                    workgroupBarrier();
+                    var grid_low: i32 = i32(clamp(floor(((-part_m) * (32768.0f))), -2147483648.0, 2147483520.0));
+                    var grid_ru: u32 = (0u - bitcast<u32>((grid_low >> 11u)));
+                    var grid_rfu: u32 = (0u - bitcast<u32>(grid_low));
+                    for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
+                        // built by kernels::filter_top_k::for_each_word
+                        var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
+                        var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
+                        var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
+                        var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
+                        {
+                            sk_for_each_word(hk0, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word(hk1, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word(hk2, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word(hk3, grid_rfu, grid_ru);
+                        }
                     }
-                    {
-                        sk_read_step_33(zx3, temp, li3, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx4, temp, li4, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx5, temp, li5, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx6, temp, li6, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx7, temp, li7, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx8, temp, li8, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx9, temp, li9, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx10, temp, li10, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx11, temp, li11, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx12, temp, li12, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx13, temp, li13, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx14, temp, li14, n_cols, &m);
-                    }
-                    {
-                        sk_read_step_33(zx15, temp, li15, n_cols, &m);
-                    }
-                }
-                var part_m: f32 = (0.0f);
-                part_m = sk_block_max_f32(sk_lid, m);
-                workgroupBarrier();
-                var grid_low: i32 = i32(clamp(floor(((-part_m) * (32768.0f))), -2147483648.0, 2147483520.0));
-                var grid_ru: u32 = (0u - bitcast<u32>((grid_low >> 11u)));
-                var grid_rfu: u32 = (0u - bitcast<u32>(grid_low));
-                for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::for_each_word
-                    var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
-                    var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
-                    var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
-                    var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
-                    {
-                        sk_for_each_word(hk0, grid_rfu, grid_ru);
-                    }
-                    {
-                        sk_for_each_word(hk1, grid_rfu, grid_ru);
-                    }
-                    {
-                        sk_for_each_word(hk2, grid_rfu, grid_ru);
-                    }
-                    {
-                        sk_for_each_word(hk3, grid_rfu, grid_ru);
-                    }
-                }
-                workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
-                    if ((i < 512u)) {
-                        atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[i]) - (atomicLoad(&part_hist[(512u + i)]) * 1258291200u)));
-                    } else {
-                        var hpair: u32 = ((i * 2u) - 512u);
-                        atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
-                    }
-                }
-                if ((sk_lid == 0u)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
-                }
-                storageBarrier();
-                workgroupBarrier();
-                var arrived: u32 = 0u;
-                if ((sk_lid == 0u)) {
-                    // built by kernels::combine::last_part_on
-                    var before: u32 = 0u;
-                    before = atomicAdd(&counters[row_slot], 1u);
-                    arrived = (before + 1u);
-                }
-                var arrivals: u32 = 0u;
-                arrivals = sk_block_max_u32(sk_lid, arrived);
-                if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
-                    storageBarrier();
-                    {
-                        sk_histogram_part(sk_lid, parts, row_slot, pp, kk);
+                    workgroupBarrier();
+                    for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
+                        // built by kernels::filter_top_p::histogram_part
+                        if ((i < 512u)) {
+                            atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[i]) - (atomicLoad(&part_hist[(512u + i)]) * 1258291200u)));
+                        } else {
+                            var hpair: u32 = ((i * 2u) - 512u);
+                            atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
+                        }
                     }
                     if ((sk_lid == 0u)) {
-                        atomicStore(&counters[row_slot], 0u);
+                        // built by kernels::filter_top_p::histogram_part
+                        atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                        atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                     }
+                } else {
+                    sk_clear_3(sk_lid, col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
                 }
-            } else {
-                sk_clear(sk_lid, col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
             }
-            if (min_p_cut) {
-                storageBarrier();
-                workgroupBarrier();
-                var arrived: u32 = 0u;
-                if ((sk_lid == 0u)) {
-                    // built by kernels::combine::last_part_on
-                    var before: u32 = 0u;
-                    before = atomicAdd(&counters[row_slot], 1u);
-                    arrived = (before + 1u);
-                }
-                var arrivals: u32 = 0u;
-                arrivals = sk_block_max_u32(sk_lid, arrived);
-                if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
-                    storageBarrier();
-                    {
-                        // built by kernels::filter_top_k::parts_kernel
-                        var m: f32 = bitcast<f32>(4286578688u);
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::row_max
-                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+        }
+    } else {
+        // built by last_part::lower
+        var sk_merging: bool = false;
+        var parts: u32 = max((params.flags >> 16u), 1u);
+        for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+            sk_merging = false;
+            var row_slot: u32 = (slot / parts);
+            var part: u32 = (slot - (row_slot * parts));
+            var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var k_raw: u32 = rows[((row * 12u) + 2u)];
+            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
+            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
+            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
+            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
+            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
+            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
+            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            var has_k: bool = (kk < params.vocab);
+            var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
+            let sk_e135: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e135 + 1u)] == 1u) && (rows[(sk_e135 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e136: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u))));
+            if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
+                if (top_p_cut) {
+                    sk_merging = (part == 0u);
+                    if (sk_merging) {
+                        // built by kernels::filter_top_p::histogram_part
+                        {
+                            sk_row_max_3(sk_lid, parts, row_slot, pp, kk);
                         }
-                        var row_m: f32 = (0.0f);
-                        row_m = sk_block_max_f32(sk_lid, m);
-                        var mp_mx: f32 = row_m;
-                        var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
-                        var mo_left: u32 = 0u;
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_min_p::left_out_kept
-                            let sk_e143: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e143 + 3u)]), atomicLoad(&partials[(sk_e143 + 4u)]));
-                            let sk_e146: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e144: f32 = select((0.0f), (1.0f), (sk_e146 == bitcast<f32>(2139095040u)));
-                            let sk_e145: f32 = (sk_e146 - mp_mx);
-                            let sk_e147: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e148: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e145), (0.0f), sk_e147), sk_e144, sk_e148) > (0.0f)) && (select(select(sk_exp(sk_e145), (0.0f), sk_e147), sk_e144, sk_e148) >= mp)))) {
-                                mo_left = 1u;
-                            }
-                        }
-                        var mo_uncovered: u32 = 0u;
-                        mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                        var mr_any: u32 = 0u;
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_min_p::any_raced
-                            if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
-                                mr_any = 1u;
-                            }
-                        }
-                        var mr_any_part: u32 = 0u;
-                        mr_any_part = sk_block_max_u32(sk_lid, mr_any);
-                        var s: f32 = (0.0f);
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::parts_mass
-                            var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                            if ((mp_p > bitcast<f32>(4286578688u))) {
-                                s = (s + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - mp_mx)), (0.0f), (mp_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (mp_mx == bitcast<f32>(2139095040u)))));
-                            }
-                        }
-                        var row_s: f32 = (0.0f);
-                        row_s = sk_block_sum_f32(sk_lid, s);
                         if ((sk_lid == 0u)) {
-                            // built by kernels::filter_top_p::write_state
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>((0.0f)));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((0.0f)));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(row_s));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(row_s));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>((-floor(((-mp_mx) * (16.0f))))));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
+                            // built by last_part::merged_and_reset
+                            atomicStore(&counters[row_slot], 0u);
                         }
                     }
-                    if ((sk_lid == 0u)) {
-                        atomicStore(&counters[row_slot], 0u);
+                }
+                if (min_p_cut) {
+                    sk_merging = (part == 0u);
+                    if (sk_merging) {
+                        // built by kernels::filter_top_k::parts_kernel
+                        {
+                            var m: f32 = bitcast<f32>(4286578688u);
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::filter_top_k::row_max
+                                m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                            }
+                            var row_m: f32 = (0.0f);
+                            row_m = sk_block_max_f32(sk_lid, m);
+                            var mp_mx: f32 = row_m;
+                            var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
+                            var mo_left: u32 = 0u;
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::filter_min_p::left_out_kept
+                                let sk_e145: u32 = (((row_slot * parts) + p) * 1317u);
+                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e145 + 3u)]), atomicLoad(&partials[(sk_e145 + 4u)]));
+                                let sk_e148: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                                let sk_e146: f32 = select((0.0f), (1.0f), (sk_e148 == bitcast<f32>(2139095040u)));
+                                let sk_e147: f32 = (sk_e148 - mp_mx);
+                                let sk_e149: bool = (mp_mx == bitcast<f32>(4286578688u));
+                                let sk_e150: bool = (mp_mx == bitcast<f32>(2139095040u));
+                                if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e147), (0.0f), sk_e149), sk_e146, sk_e150) > (0.0f)) && (select(select(sk_exp(sk_e147), (0.0f), sk_e149), sk_e146, sk_e150) >= mp)))) {
+                                    mo_left = 1u;
+                                }
+                            }
+                            var mo_uncovered: u32 = 0u;
+                            mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
+                            var mr_any: u32 = 0u;
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::filter_min_p::any_raced
+                                if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
+                                    mr_any = 1u;
+                                }
+                            }
+                            var mr_any_part: u32 = 0u;
+                            mr_any_part = sk_block_max_u32(sk_lid, mr_any);
+                            var s: f32 = (0.0f);
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::filter_top_k::parts_mass
+                                var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                                if ((mp_p > bitcast<f32>(4286578688u))) {
+                                    s = (s + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - mp_mx)), (0.0f), (mp_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (mp_mx == bitcast<f32>(2139095040u)))));
+                                }
+                            }
+                            var row_s: f32 = (0.0f);
+                            row_s = sk_block_sum_f32(sk_lid, s);
+                            if ((sk_lid == 0u)) {
+                                // built by kernels::filter_top_p::write_state
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>((0.0f)));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((0.0f)));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(row_s));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(row_s));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>((-floor(((-mp_mx) * (16.0f))))));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
+                            }
+                        }
+                        if ((sk_lid == 0u)) {
+                            // built by last_part::merged_and_reset
+                            atomicStore(&counters[row_slot], 0u);
+                        }
                     }
                 }
             }

@@ -26,6 +26,8 @@ var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 2>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 2>;
+var<workgroup> sk_sums_lo: array<u32, 2>;
+var<workgroup> sk_sums_hi: array<u32, 2>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {

@@ -22,6 +22,10 @@ pub struct KernelSource {
     /// How many launches one call takes: 1, or for a staged kernel one per stage, each with its
     /// stage in its flags.
     pub stages: u32,
+    /// It splits rows, and its WGSL merges a split row's parts in a second dispatch, the same
+    /// launch again with `FLAG_MERGE` (`xtask/src/last_part.rs`): WGSL orders no plain data
+    /// between workgroups of one dispatch. CUDA merges in the parts' launch.
+    pub merges: bool,
     /// Its workgroup covers a fixed part of a row (the one-read path's parts), however many
     /// threads it has: CUDA builds and launches it with `CUDA_PART_BLOCK_*` threads, not
     /// `CUDA_BLOCK_*` (the same on wgpu).

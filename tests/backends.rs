@@ -524,6 +524,46 @@ pub fn split_rows_repeat_calls<B: Backend>(b: &B) {
     assert!(near_ties * 4 < compared, "{near_ties} near ties, {compared} rows compared");
 }
 
+/// The stale-record canary: a split row's merge reads this call's records, never one an earlier
+/// call left in the same scratch slots. Eight calls on one backend (one scratch and one set of
+/// counters for all), each a batch of 2 rows of 16384 (split on every device backend), through
+/// greedy, the race from logits and `sample` (greedy rows: the same split merge, an exact
+/// oracle). Call `k`'s values are noise in [0, 1) less `10 k`, below every value of the calls
+/// before, and its row maximum (noise + 5) moves to another part each call; before each call a
+/// poison call (greedy on rows of 1e30 everywhere) fills every record slot with a winner at a
+/// part's first column. A merge that read any record but this call's would take that record's
+/// column, whose score beats the whole row: the token must be the row's own argmax (the CPU's).
+pub fn merges_read_only_this_calls_records<B: Backend>(b: &B) {
+    let mut rng = Rng::new(83);
+    let shape = Shape::dense(2, 16384);
+    let poison = b.upload(&vec![1e30f32; shape.elements()]).unwrap();
+    let rows = b.upload(&[RowParams::greedy(); 2]).unwrap();
+    for call in 0..8usize {
+        let mut t = b.upload(&[u32::MAX; 2]).unwrap();
+        b.greedy(shape, Logits::F32(&poison), Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap(), [0, 0], "the poison's own tokens");
+        let mut logits: Vec<f32> = (0..shape.elements()).map(|_| rng.unit() as f32 - 10.0 * call as f32).collect();
+        let mut want = [0usize; 2];
+        for (row, w) in want.iter_mut().enumerate() {
+            *w = (call * 2053 + row * 977 + 123) % shape.vocab;
+            logits[row * shape.vocab + *w] += 5.0;
+        }
+        let x = b.upload(&logits).unwrap();
+        let mut t = b.upload(&[u32::MAX; 2]).unwrap();
+        match call % 3 {
+            0 => b.greedy(shape, Logits::F32(&x), Output::new(&mut t)),
+            1 => b.race_from_logits(shape, Logits::F32(&x), &rows, Output::new(&mut t)),
+            _ => b.sample(shape, Logits::F32(&x), &rows, Output::new(&mut t)),
+        }
+        .unwrap();
+        let host = CpuBackend.upload(&logits).unwrap();
+        for (row, &w) in want.iter().enumerate() {
+            assert_eq!(oracle::argmax(&row_values(Logits::F32(&host), shape, row)), w, "the oracle's");
+        }
+        assert_eq!(b.download(&t).unwrap(), want.map(|w| w as u32), "call {call}");
+    }
+}
+
 /// Four threads sharing one backend, each sampling its own split batch 25 times, get the tokens
 /// each batch gets alone: the split launches (which share the backend's part records and
 /// counters) stay whole and in order on the queue or stream.
@@ -556,6 +596,7 @@ device_suites!(
     split_rows_match_whole_rows,
     split_rows_find_winners_at_part_edges,
     split_rows_repeat_calls,
+    merges_read_only_this_calls_records,
     threads_share_a_backend,
     philox_known_answers,
     gumbel_noise_matches_oracle,

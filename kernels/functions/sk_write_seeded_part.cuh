@@ -23,7 +23,7 @@
     __syncthreads(); \
     unsigned int arrived = 0u; \
     if ((threadIdx.x == 0u)) { \
-        /* built by kernels::combine::last_part_on */ \
+        /* built by last_part::merge_if_last */ \
         unsigned int before = 0u; \
         before = atomicAdd(&counters[row_slot], 1u); \
         arrived = (before + 1u); \
@@ -31,8 +31,9 @@
     unsigned int arrivals = 0u; \
     arrivals = sk_block_max_u32(arrived); \
     if ((arrivals == parts)) { \
-        /* built by kernels::combine::last_part_on */ \
+        /* built by last_part::merge_if_last */ \
         __threadfence(); \
+        /* built by kernels::seeded::seeded_logits_row */ \
         { \
             /* built by kernels::seeded::seeded_logits_row */ \
             lo_best = sk_bitcast<float>(4286578688u); \
@@ -82,6 +83,7 @@
         col_hi = vocab; \
         combining = true; \
         if ((threadIdx.x == 0u)) { \
+            /* built by last_part::merged_and_reset */ \
             counters[row_slot] = 0u; \
         } \
     } \

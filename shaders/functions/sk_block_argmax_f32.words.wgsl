@@ -16,7 +16,7 @@ fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f
         }
         workgroupBarrier();
     }
-    *sk_ov = sk_am_f32[0];
-    *sk_oi = sk_am_i[0];
+    *sk_ov = workgroupUniformLoad(&sk_am_f32[0]);
+    *sk_oi = workgroupUniformLoad(&sk_am_i[0]);
     workgroupBarrier();
 }

@@ -10,7 +10,7 @@ fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
         }
         workgroupBarrier();
     }
-    let sk_r = sk_red_u32[0];
+    let sk_r = workgroupUniformLoad(&sk_red_u32[0]);
     workgroupBarrier();
     return sk_r;
 }

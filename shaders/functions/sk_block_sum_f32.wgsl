@@ -10,7 +10,7 @@ fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
         }
         workgroupBarrier();
     }
-    let sk_r = sk_red_f32[0];
+    let sk_r = workgroupUniformLoad(&sk_red_f32[0]);
     workgroupBarrier();
     return sk_r;
 }

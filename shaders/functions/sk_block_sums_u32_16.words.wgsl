@@ -71,21 +71,25 @@ fn sk_block_sums_u32_16(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_m3: 
         if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
     }
     workgroupBarrier();
-    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
-    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
-    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
-    *sk_o3 = atomicLoad(&sk_sum_lo[3]);
-    *sk_o4 = atomicLoad(&sk_sum_lo[4]);
-    *sk_o5 = atomicLoad(&sk_sum_lo[5]);
-    *sk_o6 = atomicLoad(&sk_sum_lo[6]);
-    *sk_o7 = atomicLoad(&sk_sum_lo[7]);
-    *sk_o8 = atomicLoad(&sk_sum_lo[8]);
-    *sk_o9 = atomicLoad(&sk_sum_lo[9]);
-    *sk_o10 = atomicLoad(&sk_sum_lo[10]);
-    *sk_o11 = atomicLoad(&sk_sum_lo[11]);
-    *sk_o12 = atomicLoad(&sk_sum_lo[12]);
-    *sk_o13 = atomicLoad(&sk_sum_lo[13]);
-    *sk_o14 = atomicLoad(&sk_sum_lo[14]);
-    *sk_o15 = atomicLoad(&sk_sum_lo[15]);
+    if (sk_lid < 16u) {
+        sk_sums_lo[sk_lid] = atomicLoad(&sk_sum_lo[sk_lid]);
+    }
+    let sk_lo = workgroupUniformLoad(&sk_sums_lo);
+    *sk_o0 = sk_lo[0];
+    *sk_o1 = sk_lo[1];
+    *sk_o2 = sk_lo[2];
+    *sk_o3 = sk_lo[3];
+    *sk_o4 = sk_lo[4];
+    *sk_o5 = sk_lo[5];
+    *sk_o6 = sk_lo[6];
+    *sk_o7 = sk_lo[7];
+    *sk_o8 = sk_lo[8];
+    *sk_o9 = sk_lo[9];
+    *sk_o10 = sk_lo[10];
+    *sk_o11 = sk_lo[11];
+    *sk_o12 = sk_lo[12];
+    *sk_o13 = sk_lo[13];
+    *sk_o14 = sk_lo[14];
+    *sk_o15 = sk_lo[15];
     workgroupBarrier();
 }

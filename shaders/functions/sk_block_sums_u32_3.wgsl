@@ -19,8 +19,12 @@ fn sk_block_sums_u32_3(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_o0: p
         if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
     }
     workgroupBarrier();
-    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
-    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
-    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
+    if (sk_lid < 3u) {
+        sk_sums_lo[sk_lid] = atomicLoad(&sk_sum_lo[sk_lid]);
+    }
+    let sk_lo = workgroupUniformLoad(&sk_sums_lo);
+    *sk_o0 = sk_lo[0];
+    *sk_o1 = sk_lo[1];
+    *sk_o2 = sk_lo[2];
     workgroupBarrier();
 }

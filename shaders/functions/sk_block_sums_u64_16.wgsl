@@ -168,21 +168,27 @@ fn sk_block_sums_u64_16(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_m3: 
         if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
     }
     workgroupBarrier();
-    *sk_o0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-    *sk_o1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-    *sk_o2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-    *sk_o3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-    *sk_o4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-    *sk_o5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-    *sk_o6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-    *sk_o7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-    *sk_o8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-    *sk_o9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-    *sk_o10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-    *sk_o11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-    *sk_o12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-    *sk_o13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-    *sk_o14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-    *sk_o15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+    if (sk_lid < 16u) {
+        sk_sums_lo[sk_lid] = atomicLoad(&sk_sum_lo[sk_lid]);
+        sk_sums_hi[sk_lid] = atomicLoad(&sk_sum_hi[sk_lid]);
+    }
+    let sk_lo = workgroupUniformLoad(&sk_sums_lo);
+    let sk_hi = workgroupUniformLoad(&sk_sums_hi);
+    *sk_o0 = (u64(sk_hi[0]) << 32u) | u64(sk_lo[0]);
+    *sk_o1 = (u64(sk_hi[1]) << 32u) | u64(sk_lo[1]);
+    *sk_o2 = (u64(sk_hi[2]) << 32u) | u64(sk_lo[2]);
+    *sk_o3 = (u64(sk_hi[3]) << 32u) | u64(sk_lo[3]);
+    *sk_o4 = (u64(sk_hi[4]) << 32u) | u64(sk_lo[4]);
+    *sk_o5 = (u64(sk_hi[5]) << 32u) | u64(sk_lo[5]);
+    *sk_o6 = (u64(sk_hi[6]) << 32u) | u64(sk_lo[6]);
+    *sk_o7 = (u64(sk_hi[7]) << 32u) | u64(sk_lo[7]);
+    *sk_o8 = (u64(sk_hi[8]) << 32u) | u64(sk_lo[8]);
+    *sk_o9 = (u64(sk_hi[9]) << 32u) | u64(sk_lo[9]);
+    *sk_o10 = (u64(sk_hi[10]) << 32u) | u64(sk_lo[10]);
+    *sk_o11 = (u64(sk_hi[11]) << 32u) | u64(sk_lo[11]);
+    *sk_o12 = (u64(sk_hi[12]) << 32u) | u64(sk_lo[12]);
+    *sk_o13 = (u64(sk_hi[13]) << 32u) | u64(sk_lo[13]);
+    *sk_o14 = (u64(sk_hi[14]) << 32u) | u64(sk_lo[14]);
+    *sk_o15 = (u64(sk_hi[15]) << 32u) | u64(sk_lo[15]);
     workgroupBarrier();
 }

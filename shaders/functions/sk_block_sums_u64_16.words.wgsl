@@ -168,21 +168,27 @@ fn sk_block_sums_u64_16(sk_lid: u32, sk_m0: vec2<u32>, sk_m1: vec2<u32>, sk_m2: 
         if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
     }
     workgroupBarrier();
-    *sk_o0 = vec2<u32>(atomicLoad(&sk_sum_lo[0]), atomicLoad(&sk_sum_hi[0]));
-    *sk_o1 = vec2<u32>(atomicLoad(&sk_sum_lo[1]), atomicLoad(&sk_sum_hi[1]));
-    *sk_o2 = vec2<u32>(atomicLoad(&sk_sum_lo[2]), atomicLoad(&sk_sum_hi[2]));
-    *sk_o3 = vec2<u32>(atomicLoad(&sk_sum_lo[3]), atomicLoad(&sk_sum_hi[3]));
-    *sk_o4 = vec2<u32>(atomicLoad(&sk_sum_lo[4]), atomicLoad(&sk_sum_hi[4]));
-    *sk_o5 = vec2<u32>(atomicLoad(&sk_sum_lo[5]), atomicLoad(&sk_sum_hi[5]));
-    *sk_o6 = vec2<u32>(atomicLoad(&sk_sum_lo[6]), atomicLoad(&sk_sum_hi[6]));
-    *sk_o7 = vec2<u32>(atomicLoad(&sk_sum_lo[7]), atomicLoad(&sk_sum_hi[7]));
-    *sk_o8 = vec2<u32>(atomicLoad(&sk_sum_lo[8]), atomicLoad(&sk_sum_hi[8]));
-    *sk_o9 = vec2<u32>(atomicLoad(&sk_sum_lo[9]), atomicLoad(&sk_sum_hi[9]));
-    *sk_o10 = vec2<u32>(atomicLoad(&sk_sum_lo[10]), atomicLoad(&sk_sum_hi[10]));
-    *sk_o11 = vec2<u32>(atomicLoad(&sk_sum_lo[11]), atomicLoad(&sk_sum_hi[11]));
-    *sk_o12 = vec2<u32>(atomicLoad(&sk_sum_lo[12]), atomicLoad(&sk_sum_hi[12]));
-    *sk_o13 = vec2<u32>(atomicLoad(&sk_sum_lo[13]), atomicLoad(&sk_sum_hi[13]));
-    *sk_o14 = vec2<u32>(atomicLoad(&sk_sum_lo[14]), atomicLoad(&sk_sum_hi[14]));
-    *sk_o15 = vec2<u32>(atomicLoad(&sk_sum_lo[15]), atomicLoad(&sk_sum_hi[15]));
+    if (sk_lid < 16u) {
+        sk_sums_lo[sk_lid] = atomicLoad(&sk_sum_lo[sk_lid]);
+        sk_sums_hi[sk_lid] = atomicLoad(&sk_sum_hi[sk_lid]);
+    }
+    let sk_lo = workgroupUniformLoad(&sk_sums_lo);
+    let sk_hi = workgroupUniformLoad(&sk_sums_hi);
+    *sk_o0 = vec2<u32>(sk_lo[0], sk_hi[0]);
+    *sk_o1 = vec2<u32>(sk_lo[1], sk_hi[1]);
+    *sk_o2 = vec2<u32>(sk_lo[2], sk_hi[2]);
+    *sk_o3 = vec2<u32>(sk_lo[3], sk_hi[3]);
+    *sk_o4 = vec2<u32>(sk_lo[4], sk_hi[4]);
+    *sk_o5 = vec2<u32>(sk_lo[5], sk_hi[5]);
+    *sk_o6 = vec2<u32>(sk_lo[6], sk_hi[6]);
+    *sk_o7 = vec2<u32>(sk_lo[7], sk_hi[7]);
+    *sk_o8 = vec2<u32>(sk_lo[8], sk_hi[8]);
+    *sk_o9 = vec2<u32>(sk_lo[9], sk_hi[9]);
+    *sk_o10 = vec2<u32>(sk_lo[10], sk_hi[10]);
+    *sk_o11 = vec2<u32>(sk_lo[11], sk_hi[11]);
+    *sk_o12 = vec2<u32>(sk_lo[12], sk_hi[12]);
+    *sk_o13 = vec2<u32>(sk_lo[13], sk_hi[13]);
+    *sk_o14 = vec2<u32>(sk_lo[14], sk_hi[14]);
+    *sk_o15 = vec2<u32>(sk_lo[15], sk_hi[15]);
     workgroupBarrier();
 }

@@ -566,6 +566,8 @@ impl CudaBackend {
             portable: false,
             side: Some(handles(rest)),
             cut_here_groups: self.sms,
+            // The part that arrives last merges, in the same launch.
+            merge_dispatch: false,
         };
         self.stream.context().bind_to_thread().map_err(cuda_error)?;
         let main = self.stream.cu_stream();

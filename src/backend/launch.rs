@@ -8,8 +8,9 @@ use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS,
-    MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS, TOP_K_SLOT_WORDS,
+    FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_MERGE, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
+    FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS,
+    TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -147,6 +148,9 @@ pub(crate) struct Split<H> {
     /// cut's read runs as fast in the merge's workgroups (one a multiprocessor, by its registers)
     /// as in the cut kernel's, and the call saves a launch. Beyond, the cut kernel's own launch.
     pub cut_here_groups: u32,
+    /// Whether a launch that splits rows over workgroups is followed by its merge dispatch
+    /// ([`KernelSource::merges`]; wgpu), rather than merging in the same launch (CUDA).
+    pub merge_dispatch: bool,
 }
 
 /// The filter kernels of a device without float64, 64-bit integers or 32 KiB of workgroup
@@ -336,8 +340,8 @@ impl<T> Scratch<T> {
 }
 
 /// The most launches one job takes: the plain sampler, the seeded kernel, the one-read path's
-/// three, then a staged kernel's stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 5;
+/// three, then a staged kernel's stages; with merge dispatches, one after each of the first four.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 9;
 
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
@@ -484,7 +488,23 @@ impl<'a, H: Copy> Launch<H> {
             Job::Filter { shape, .. } => first.on_path(shape.batch, shape.vocab, true, split),
             _ => std::iter::once(first).collect(),
         };
-        plan.into_iter().map(Launch::checked).collect()
+        let mut out = Plan::new();
+        for launch in plan {
+            let merge = (split.merge_dispatch && launch.kernel.merges && launch.splits_rows()).then(|| {
+                let mut merge = launch.clone();
+                merge.params[3] |= FLAG_MERGE;
+                merge
+            });
+            out.push(launch.checked()?);
+            out.extend(merge.map(Launch::checked).transpose()?);
+        }
+        Ok(out)
+    }
+
+    /// Whether the launch gives a row more than one workgroup: the rows it visits are the
+    /// first parameter, its grid covers more.
+    fn splits_rows(&self) -> bool {
+        matches!(self.work, Work::Rows(groups) if groups > self.params[0])
     }
 
     /// With `listed` (a row list and its length), a filter or seeded launch visits only the rows
@@ -772,6 +792,7 @@ mod tests {
                     portable,
                     side: None,
                     cut_here_groups,
+                    merge_dispatch: false,
                 };
                 let plan = Launch::plan(&job, &split)?;
                 assert!(!plan.is_empty());
@@ -799,6 +820,7 @@ mod tests {
             portable: false,
             side: None,
             cut_here_groups: 132,
+            merge_dispatch: false,
         }
     }
 
@@ -876,6 +898,70 @@ mod tests {
         let job: Job<'_, Planner> = Job::Greedy { shape, logits: Logits::F32(&x), out: Output::new(&mut t) };
         let counters = counter_words(&job, 396, 512, Share::All);
         assert!(most_rows <= counters, "{most_rows} split rows, {counters} counters");
+    }
+
+    /// With merge dispatches (wgpu), each launch that gives a row more than one workgroup, of a
+    /// kernel that merges split rows, is followed by the same launch with `FLAG_MERGE`, and no
+    /// other launch is: a split greedy row takes 2 launches (CUDA: 1), a seeded one 2 (1), a
+    /// top-p row alone 4 (2: the parts and the merge that also cuts, each with its merge
+    /// dispatch), four top-p rows 4 (3: the cut's own launch merges nothing).
+    #[test]
+    fn merge_dispatches_follow_split_launches() {
+        let split = Split { merge_dispatch: true, ..h200_split() };
+        let (x, mut t) = (vec![0.0f32; 4 * 151_936], vec![0u32; 4]);
+        let merged = |plan: &Plan<usize>| -> Vec<(&str, bool)> {
+            plan.iter().map(|l| (l.kernel.name, l.params[3] & FLAG_MERGE != 0)).collect()
+        };
+        let shape = Shape::dense(1, 151_936);
+        let rows = vec![RowParams::new(0.8, 1, 0); 4];
+        let job: Job<'_, Planner> =
+            Job::Greedy { shape, logits: Logits::F32(&x[..shape.elements()]), out: Output::new(&mut t[..1]) };
+        let plan = Launch::plan(&job, &split).unwrap();
+        assert_eq!(merged(&plan), [("greedy_f32", false), ("greedy_f32", true)]);
+        assert_eq!(Launch::plan(&job, &h200_split()).unwrap().len(), 1);
+        let job: Job<'_, Planner> = Job::SeededLogits {
+            shape,
+            logits: Logits::F32(&x[..shape.elements()]),
+            rows: &rows[..1],
+            out: Output::new(&mut t[..1]),
+        };
+        assert_eq!(
+            merged(&Launch::plan(&job, &split).unwrap()),
+            [("seeded_logits_f32", false), ("seeded_logits_f32", true)]
+        );
+        let top_p = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
+        for (batch, want) in [
+            (
+                1,
+                vec![
+                    ("top_k_parts_logits_f32", false),
+                    ("top_k_parts_logits_f32", true),
+                    ("top_k_merge_logits_f32", false),
+                    ("top_k_merge_logits_f32", true),
+                ],
+            ),
+            (
+                4,
+                vec![
+                    ("top_k_parts_logits_f32", false),
+                    ("top_k_parts_logits_f32", true),
+                    ("top_p_cut_logits_f32", false),
+                    ("top_k_merge_logits_f32", false),
+                ],
+            ),
+        ] {
+            let shape = Shape::dense(batch, 151_936);
+            let input = Input::Logits(Logits::F32(&x[..shape.elements()]));
+            let job: Job<'_, Planner> =
+                Job::Filter { shape, input, rows: &top_p[..batch], out: Output::new(&mut t[..batch]) };
+            assert_eq!(merged(&Launch::plan(&job, &split).unwrap()), want, "batch {batch}");
+        }
+        // Rows whole: no merge dispatch.
+        let shape = Shape::dense(4, 1024);
+        let job: Job<'_, Planner> =
+            Job::Greedy { shape, logits: Logits::F32(&x[..shape.elements()]), out: Output::new(&mut t) };
+        let whole = Split { target_groups: 4, ..split };
+        assert_eq!(merged(&Launch::plan(&job, &whole).unwrap()), [("greedy_f32", false)]);
     }
 
     /// The seeded kernel from logits splits every row of 151936 columns, whatever the batch

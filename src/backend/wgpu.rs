@@ -676,6 +676,8 @@ impl Backend for WgpuBackend {
             portable: self.portable,
             side: None,
             cut_here_groups: CUT_HERE_GROUPS,
+            // WGSL merges a split row in a dispatch of its own.
+            merge_dispatch: true,
         };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)

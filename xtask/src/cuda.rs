@@ -270,6 +270,12 @@ impl CLike for Emitter<'_> {
 
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
+            Stmt::LastPart { .. } => {
+                return Err(IrError::target(
+                    self.kernel,
+                    "a last part reached the emitter unlowered (`last_part::lower`)",
+                ))
+            }
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)?));
                 scope.declare(name, *t);

@@ -1,6 +1,7 @@
 //! `cargo xtask gen [--check]`: prints every kernel through both emitters, plus the Rust manifest
 //! the crate loads them from, and compares with (or writes) the checked-in files.
 
+use crate::last_part::{self, Lowering};
 use crate::tuning::{self, Target};
 use crate::{cuda, ir, kernels, out, wgsl};
 use std::path::{Path, PathBuf};
@@ -49,10 +50,12 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         kernels::abi::FLAG_STATUS
     ));
     {
-        use kernels::abi::{word, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
+        use kernels::abi::{
+            word, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_MERGE, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
+        };
         use kernels::filters;
         manifest.push_str(&format!(
-            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch.\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\n\n"
+            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch;\n/// the WGSL merge dispatch of a kernel that splits rows ([`KernelSource::merges`]).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\npub const FLAG_MERGE: u32 = {FLAG_MERGE};\n\n"
         ));
         manifest.push_str(&format!(
             "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
@@ -92,13 +95,31 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     let mut kernel_entries = String::new();
     let mut functions = Functions::default();
     let mut procedures = Procedures::default();
+    // Each target lowers a split row's merge its own way (`last_part.rs`): one prepared kernel
+    // for both where it has none. The WGSL lowerings are named after every kernel's CUDA one.
+    let mut prepared_cuda = Vec::new();
     for k in &kernels {
-        let mut prepared = crate::passes::prepare(k)?;
+        let mut prepared = crate::passes::prepare(&last_part::lower(k, Lowering::Fenced)?)?;
+        procedures.name(&mut prepared, wgpu.block_for(k.workgroup))?;
+        prepared_cuda.push(prepared);
+    }
+    let mut prepared_wgsl = Vec::new();
+    for k in &kernels {
+        let mut prepared = None;
+        if last_part::has_merge(k) {
+            let mut p = crate::passes::prepare(&last_part::lower(k, Lowering::MergeDispatch)?)?;
+            procedures.name(&mut p, wgpu.block_for(k.workgroup))?;
+            prepared = Some(p);
+        }
+        prepared_wgsl.push(prepared);
+    }
+    for ((k, prepared), for_wgsl) in kernels.iter().zip(&prepared_cuda).zip(&prepared_wgsl) {
         let block = wgpu.block_for(k.workgroup);
-        procedures.name(&mut prepared, block)?;
+        let merges = for_wgsl.is_some();
+        let for_wgsl = for_wgsl.as_ref().unwrap_or(prepared);
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        let wgsl = wgsl::emit(&prepared, block, SOURCE)?;
+        let wgsl = wgsl::emit(for_wgsl, block, SOURCE)?;
         files.push((PathBuf::from(&wgsl_path), wgsl.text));
         let mut wgsl_parts = Vec::new();
         for (path, text) in wgsl.functions {
@@ -109,7 +130,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         let cuda = if k.u64_as_words {
             "None".to_string()
         } else {
-            let cuda = cuda::emit(&prepared, sm75.block_for(k.workgroup), SOURCE)?;
+            let cuda = cuda::emit(prepared, sm75.block_for(k.workgroup), SOURCE)?;
             files.push((PathBuf::from(&cu_path), cuda.text));
             for (path, text) in cuda.functions {
                 functions.add(&k.name, &format!("kernels/{path}"), text)?;
@@ -123,7 +144,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         };
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
         kernel_entries.push_str(&format!(
-            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: {wgsl},\n        cuda: {cuda},\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: {wgsl},\n        cuda: {cuda},\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        merges: {merges},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
             camel(&k.name),
             k.name,
             bindings.join(", "),
@@ -134,7 +155,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both; a
             // kernel that holds u64 as words in WGSL needs neither.
             (ir::uses(k, ir::Ty::U64) && !k.u64_as_words) || ir::uses(k, ir::Ty::F64),
-            wgsl::workgroup_bytes(&prepared, wgpu.block_for(k.workgroup))?
+            wgsl::workgroup_bytes(for_wgsl, block)?
         ));
     }
     manifest.push_str(

@@ -65,11 +65,10 @@ pub enum Ty {
 
 /// How a storage buffer's elements are laid out in memory.
 /// `F16` and `Bf16` are packed two to a 32-bit word, read-only, and load as `F32`.
-/// `AtomicU32` is u32 that other workgroups of the same launch read or update (a split row's
-/// part records and per-row counters): WGSL declares it `array<atomic<u32>>` and every load and
-/// store of it is `atomicLoad`/`atomicStore` (its memory model orders nothing else between
-/// workgroups); CUDA loads it `volatile` (from L2, never a stale L1 line) and stores it plainly
-/// before a [`Stmt::Fence`]. Writable only.
+/// `AtomicU32` is u32 that other workgroups read or update (a split row's part records and
+/// per-row counters, [`Stmt::LastPart`]): WGSL declares it `array<atomic<u32>>` and every load
+/// and store of it is `atomicLoad`/`atomicStore`; CUDA loads it `volatile` (from L2, never a
+/// stale L1 line) and stores it plainly before a [`Stmt::Fence`]. Writable only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Storage {
     F32,
@@ -358,13 +357,26 @@ pub enum Stmt {
         value: Expr,
         old: String,
     },
-    /// A device-scope memory fence: this invocation's stores to storage buffers before it are
-    /// visible to every workgroup before its accesses after it (`__threadfence()` on CUDA;
-    /// `storageBarrier()` in WGSL, which is also a workgroup barrier, so it must be reached in
-    /// uniform control flow like [`Stmt::Barrier`]). Publishing a result to another workgroup is
-    /// stores, `Fence`, `Barrier`, then one invocation's [`Stmt::AtomicAdd`]; the workgroup that
-    /// reads it takes a `Fence` after its add before its loads.
+    /// A memory fence over storage buffers: on CUDA a device-scope one (`__threadfence()`:
+    /// this thread's stores before it are visible to every block before its accesses after
+    /// it); in WGSL `storageBarrier()`, which orders storage accesses within the workgroup only
+    /// (and is a workgroup barrier, so it is reached in uniform control flow like
+    /// [`Stmt::Barrier`]). Work another workgroup reads goes through [`Stmt::LastPart`].
     Fence,
+    /// The end of a part of a split row (inside a row loop that declares `parts` and `part`):
+    /// the part has written its record; `merge`, which reads every part's record, runs once for
+    /// the row after all of them have, in one workgroup, and the code after this statement runs
+    /// in that workgroup with the state `merge` left (in the others, as if `merge` had not run).
+    /// Written once; each target lowers it before the passes (`last_part.rs`): CUDA in the same
+    /// launch, the part that arrives last on `counter[at]` (an atomic word, 0 between launches)
+    /// merging after a device-scope fence; WGSL, whose memory model orders no plain data
+    /// between workgroups of one launch, in a second dispatch of the kernel (`FLAG_MERGE`), where
+    /// part 0 of each row merges.
+    LastPart {
+        counter: String,
+        at: Expr,
+        merge: Vec<Stmt>,
+    },
     /// Every invocation of the block gets `op` over all invocations' `value` in `out` (declared
     /// beforehand). Must be reached in uniform control flow.
     Reduce {
@@ -736,6 +748,11 @@ impl Block {
     pub fn fence(&mut self) {
         self.stmts.push(Stmt::Fence);
     }
+    /// [`Stmt::LastPart`]: `merge` runs once for the row, after every part wrote its record.
+    pub fn last_part(&mut self, counter: &str, at: Expr, merge: impl FnOnce(&mut Block)) {
+        let merge = Self::nested(builder_of(&merge), merge);
+        self.stmts.push(Stmt::LastPart { counter: counter.to_string(), at, merge });
+    }
     /// Atomically adds `value` to element `index` of the atomic buffer (or workgroup array) `buf`; the element's
     /// previous value goes into a new u32 variable `old`, returned as an expression.
     pub fn atomic_add(&mut self, buf: &str, index: Expr, value: Expr, old: &str) -> Expr {
@@ -1091,6 +1108,18 @@ impl<'k> Scope<'k> {
             }
             Stmt::Scope(body) => self.check_block(body)?,
             Stmt::Break | Stmt::Barrier | Stmt::Fence => {}
+            Stmt::LastPart { counter, at, merge } => {
+                if self.buffer(counter)?.storage != Storage::AtomicU32 {
+                    return Err(format!("last part counted on `{counter}`, which is not an atomic buffer"));
+                }
+                self.same(Ty::U32, at)?;
+                for v in ["parts", "part"] {
+                    if self.lookup(v)? != Ty::U32 {
+                        return Err(format!("last part in a row loop whose `{v}` is not u32"));
+                    }
+                }
+                self.check_block(merge)?;
+            }
             Stmt::AtomicAdd { buf, index, value, old } => {
                 let shared = self.shared(buf).is_ok_and(|a| a.atomic);
                 if !shared && self.buffer(buf)?.storage != Storage::AtomicU32 {
@@ -1288,7 +1317,9 @@ impl Collectives {
                     self.visit(kernel, then, seen);
                     self.visit(kernel, els, seen);
                 }
-                Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(kernel, body, seen),
+                Stmt::For { body, .. } | Stmt::Scope(body) | Stmt::LastPart { merge: body, .. } => {
+                    self.visit(kernel, body, seen)
+                }
                 Stmt::Call { name, .. } => {
                     if let Some(p) = kernel.procedures.iter().find(|p| &p.name == name && !seen.contains(name)) {
                         seen.push(name.clone());
@@ -1326,7 +1357,7 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             | Stmt::ArgMax { ty, .. }
             | Stmt::SumMany { ty, .. } => wide(*ty),
             Stmt::If { then, els, .. } => in_stmts(then, wide) || in_stmts(els, wide),
-            Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body, wide),
+            Stmt::For { body, .. } | Stmt::Scope(body) | Stmt::LastPart { merge: body, .. } => in_stmts(body, wide),
             Stmt::Assign { .. }
             | Stmt::Comment(_)
             | Stmt::AddToBin { .. }
@@ -1394,7 +1425,8 @@ pub fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
         | Stmt::If { cond: e, .. }
         | Stmt::Reduce { value: e, .. }
         | Stmt::Scan { value: e, .. }
-        | Stmt::Return(Some(e)) => vec![e],
+        | Stmt::Return(Some(e))
+        | Stmt::LastPart { at: e, .. } => vec![e],
         Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => vec![index, value],
         Stmt::AddToBin { bin, value, .. } | Stmt::AtomicAdd { index: bin, value, .. } => vec![bin, value],
         Stmt::For { from, to, step, .. } => vec![from, to, step],
@@ -1414,7 +1446,7 @@ pub fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
 pub fn stmt_blocks(s: &Stmt) -> Vec<&[Stmt]> {
     match s {
         Stmt::If { then, els, .. } => vec![then, els],
-        Stmt::For { body, .. } | Stmt::Scope(body) => vec![body],
+        Stmt::For { body, .. } | Stmt::Scope(body) | Stmt::LastPart { merge: body, .. } => vec![body],
         _ => vec![],
     }
 }

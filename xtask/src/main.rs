@@ -17,12 +17,15 @@ mod gen;
 #[allow(dead_code)]
 mod ir;
 mod kernels;
+mod last_part;
 mod out;
 mod outline;
 mod passes;
 mod ptx_report;
 mod test_runner;
 mod tuning;
+#[cfg(test)]
+mod uniformity;
 mod wgsl;
 mod wgsl_u64;
 

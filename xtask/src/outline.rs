@@ -552,7 +552,8 @@ impl<'a, 'k> Canon<'a, 'k> {
                 self.ok &= self.loops > 0;
                 Stmt::Break
             }
-            Stmt::Return(_) => {
+            // Lowered before the passes (`last_part.rs`).
+            Stmt::Return(_) | Stmt::LastPart { .. } => {
                 self.ok = false;
                 return None;
             }
@@ -599,7 +600,7 @@ fn lines(stmts: &[Stmt]) -> usize {
         .iter()
         .map(|s| match s {
             Stmt::If { then, els, .. } => 2 + lines(then) + if els.is_empty() { 0 } else { 1 + lines(els) },
-            Stmt::For { body, .. } | Stmt::Scope(body) => 2 + lines(body),
+            Stmt::For { body, .. } | Stmt::Scope(body) | Stmt::LastPart { merge: body, .. } => 2 + lines(body),
             Stmt::LetBins { bins, .. } => *bins as usize,
             Stmt::AddToBin { .. } => 20,
             Stmt::Reduce { .. } | Stmt::Scan { .. } | Stmt::ArgMax { .. } => 25,

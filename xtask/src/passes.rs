@@ -217,6 +217,7 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
             Stmt::AtomicAdd { buf, index, value: f(value), old }
         }
         Stmt::If { cond, then, els } => Stmt::If { cond: f(cond), then, els },
+        Stmt::LastPart { counter, at, merge } => Stmt::LastPart { counter, at: f(at), merge },
         Stmt::Return(e) => Stmt::Return(e.map(f)),
         Stmt::Reduce { op, ty, value, out } => Stmt::Reduce { op, ty, value: f(value), out },
         Stmt::SumMany { ty, values, outs } => Stmt::SumMany { ty, values: values.into_iter().map(f).collect(), outs },

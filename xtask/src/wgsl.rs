@@ -186,6 +186,12 @@ impl CLike for Emitter<'_> {
 
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
+            Stmt::LastPart { .. } => {
+                return Err(IrError::target(
+                    self.kernel,
+                    "a last part reached the emitter unlowered (`last_part::lower`)",
+                ))
+            }
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("var {name}: {} = {};", self.ty(*t), self.expr(init, scope)?));
                 scope.declare(name, *t);
@@ -352,7 +358,8 @@ impl Emitter<'_> {
             out.close("}");
             out.line("workgroupBarrier();");
             out.close("}");
-            out.line(format!("let sk_r = {arr}[0];"));
+            // Uniform for WGSL's analysis, so a branch on it may hold barriers.
+            out.line(format!("let sk_r = workgroupUniformLoad(&{arr}[0]);"));
             out.line("workgroupBarrier();");
             out.line("return sk_r;");
             out.close("}");
@@ -416,17 +423,25 @@ impl Emitter<'_> {
                 out.close("}");
             }
             out.line("workgroupBarrier();");
+            // The sums copied out of the atomics and read with `workgroupUniformLoad`, so that
+            // they are uniform for WGSL's analysis (it loads no atomic).
+            out.open(format!("if (sk_lid < {n}u) {{"));
+            out.line("sk_sums_lo[sk_lid] = atomicLoad(&sk_sum_lo[sk_lid]);");
+            if wide {
+                out.line("sk_sums_hi[sk_lid] = atomicLoad(&sk_sum_hi[sk_lid]);");
+            }
+            out.close("}");
+            out.line("let sk_lo = workgroupUniformLoad(&sk_sums_lo);");
+            if wide {
+                out.line("let sk_hi = workgroupUniformLoad(&sk_sums_hi);");
+            }
             for i in 0..n {
                 if wide && self.words() {
-                    out.line(format!(
-                        "*sk_o{i} = vec2<u32>(atomicLoad(&sk_sum_lo[{i}]), atomicLoad(&sk_sum_hi[{i}]));"
-                    ));
+                    out.line(format!("*sk_o{i} = vec2<u32>(sk_lo[{i}], sk_hi[{i}]);"));
                 } else if wide {
-                    out.line(format!(
-                        "*sk_o{i} = (u64(atomicLoad(&sk_sum_hi[{i}])) << 32u) | u64(atomicLoad(&sk_sum_lo[{i}]));"
-                    ));
+                    out.line(format!("*sk_o{i} = (u64(sk_hi[{i}]) << 32u) | u64(sk_lo[{i}]);"));
                 } else {
-                    out.line(format!("*sk_o{i} = atomicLoad(&sk_sum_lo[{i}]);"));
+                    out.line(format!("*sk_o{i} = sk_lo[{i}];"));
                 }
             }
             out.line("workgroupBarrier();");
@@ -454,8 +469,8 @@ impl Emitter<'_> {
             out.close("}");
             out.line("workgroupBarrier();");
             out.close("}");
-            out.line(format!("*sk_ov = {v}[0];"));
-            out.line("*sk_oi = sk_am_i[0];");
+            out.line(format!("*sk_ov = workgroupUniformLoad(&{v}[0]);"));
+            out.line("*sk_oi = workgroupUniformLoad(&sk_am_i[0]);");
             out.line("workgroupBarrier();");
             out.close("}");
             helpers.push((argmax_name(t), out.finish()));
@@ -540,6 +555,8 @@ fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
         }
         arrays.push(atomic("sk_sum_lo", n as u32));
         arrays.push(atomic("sk_sum_hi", n as u32));
+        arrays.push(array("sk_sums_lo".into(), Ty::U32, Some(n as u32)));
+        arrays.push(array("sk_sums_hi".into(), Ty::U32, Some(n as u32)));
     }
     for s in &kernel.shared {
         arrays.push(if s.atomic { atomic(&s.name, s.len) } else { array(s.name.clone(), s.ty, Some(s.len)) });

@@ -67,6 +67,9 @@ pub const FLAG_ROW_LIST: u32 = 32;
 /// `merge_kernel`): the host sets it where the parts all run at once, so a top-p row takes two
 /// launches, not three.
 pub const FLAG_CUT_HERE: u32 = 64;
+/// Flag bit 7: the WGSL merge dispatch of a kernel that splits rows, after the parts' dispatch
+/// (`last_part.rs`): part 0 of each row merges its parts' records, and nothing else runs.
+pub const FLAG_MERGE: u32 = 128;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 /// No column (a race without a winner yet).
@@ -187,7 +190,7 @@ pub const PARTS_SHIFT: u32 = 16;
 /// The row loop of the kernels that split a row: `parts` workgroups per row, part `p` taking
 /// the `p`-th of `parts` runs of whole quads, `[col_lo, col_hi)`; `slot` is the part's record.
 /// With one part this is [`for_each_row`].
-pub(super) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
+pub(crate) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
     for_each_row_part_at(b, |i| i, body)
 }
 

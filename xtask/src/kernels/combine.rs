@@ -1,17 +1,16 @@
-//! The end of a split row, in the same launch as its parts: each part publishes its record
-//! (`abi.rs`, [`PART_WORDS`] words) and counts itself in on the row's counter, and the
-//! workgroup that arrives last reads every part's record and writes the row's token,
+//! The end of a split row: each part writes its record (`abi.rs`, [`PART_WORDS`] words), and
+//! once all have, one workgroup reads every part's record and writes the row's token,
 //! log-probability and status, exactly as one workgroup reading the whole row would have. It
 //! reads no logits: the record carries the winner's scaled value, which is all the
-//! log-probability needs. So a row split over workgroups takes one launch, not a second one to
-//! combine (a batch of one row is one launch).
+//! log-probability needs. On CUDA that workgroup is the part that arrives last, in the same
+//! launch; in WGSL, part 0 in a second dispatch (`last_part.rs`, [`Stmt::LastPart`]).
 //!
 //! The argmax is associative and ties go to the lower index in both steps, so the token is the
 //! whole-row kernel's; the log-sum-exp pairs combine as the invocations' do inside a workgroup,
 //! so the log-probability agrees with it to a few ulp.
 //!
-//! The counters (`counters`, one u32 per row slot of the batch) are zeroed once when the host
-//! allocates them, and the last part sets its row's back to 0, so no call clears them. The
+//! The counters (`counters`, one u32 per row slot of the batch, CUDA's) are zeroed once when the
+//! host allocates them, and the last part sets its row's back to 0, so no call clears them. The
 //! seeded sampler from logits counts its parts in the same way ([`last_part`]), with a record
 //! and a merge of its own (`seeded.rs`); it keeps its records in `counters` after the row
 //! counters, and its last part clears them, so that buffer stays all zeros between launches.
@@ -38,11 +37,11 @@ pub(super) fn last_part_combines(b: &mut Block, probs: bool) {
     last_part(b, |b| b.scope(|b| combine_row(b, probs)));
 }
 
-/// After this part wrote its record: publishes it and counts the part in on the row's counter;
-/// the part that arrives last runs `combine` (which reads every part's record) and resets the
-/// counter. The one arrival protocol of the kernels that split a row and combine it in the same
-/// launch (the argmax family, `sample`, the seeded sampler from logits). Uniform control flow:
-/// `combine` may hold barriers.
+/// After this part wrote its record: the row's merge, `combine`, which reads every part's
+/// record, runs once the row's parts all have ([`Stmt::LastPart`], counted on the row's word of
+/// `counters`; each target lowers it, `last_part.rs`). The one arrival protocol of the kernels
+/// that split a row (the argmax family, `sample`, the seeded sampler from logits, the one-read
+/// path's parts). `combine` runs in uniform control flow, so it may hold barriers.
 pub(super) fn last_part(b: &mut Block, combine: impl FnOnce(&mut Block)) {
     last_part_on(b, "counters", var("row_slot"), combine)
 }
@@ -50,23 +49,7 @@ pub(super) fn last_part(b: &mut Block, combine: impl FnOnce(&mut Block)) {
 /// [`last_part`] with the row's counter at `at` of the atomic buffer `buf` (the merge that does
 /// the top-p cut keeps it in the row's state in its scratch: it binds no `counters`).
 pub(super) fn last_part_on(b: &mut Block, buf: &str, at: Expr, combine: impl FnOnce(&mut Block)) {
-    // Every invocation's record stores (invocation 0's words, and the race's winner's scaled
-    // value from the invocation holding it) reach the device before invocation 0 counts the
-    // part in.
-    b.fence();
-    b.barrier();
-    b.let_("arrived", Ty::U32, u(0));
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        let old = b.atomic_add(buf, at.clone(), u(1), "before");
-        b.set("arrived", old + u(1));
-    });
-    let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "arrivals");
-    b.if_(arrived.eq_(var("parts")), |b| {
-        // Every other part's record was published before its add, which came before ours.
-        b.fence();
-        combine(b);
-        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store(buf, at, u(0)));
-    });
+    b.last_part(buf, at, combine);
 }
 
 /// The row's results from its parts' records.
