@@ -94,7 +94,9 @@ impl<H: Copy> Launch<H> {
 
 impl<H> Launch<H> {
     /// A launch over a row list that lists no row (the seeded or filter kernel of a step with no
-    /// such row): it changes nothing, so a device that cannot run its kernel may leave it out.
+    /// such row): it changes nothing, so a device that cannot run its kernel may leave it out
+    /// (wgpu's portable devices do).
+    #[cfg(feature = "wgpu")]
     pub fn visits_no_row(&self) -> bool {
         self.params[3] & FLAG_ROW_LIST != 0 && self.params[0] == 0
     }
