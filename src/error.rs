@@ -51,14 +51,12 @@ pub enum Error {
         /// The missing device feature.
         feature: &'static str,
     },
-    /// The CUDA driver is older than the NVRTC found, so it would refuse the PTX NVRTC makes
-    /// (a driver loads PTX from its own CUDA version or older); nothing was compiled.
-    #[error("NVRTC {nvrtc} makes PTX that the CUDA {driver} driver refuses: put an NVRTC of CUDA {driver} or older first on the library path")]
-    CudaVersions {
+    /// The CUDA driver is older than CUDA 12.0 (driver 525), the oldest whose PTX ISA the
+    /// kernels are built and checked for; nothing was compiled.
+    #[error("the CUDA {driver} driver is older than CUDA 12.0 (driver 525), the oldest the kernels support")]
+    CudaDriverTooOld {
         /// The driver's CUDA version, as `major.minor`.
         driver: String,
-        /// NVRTC's version, as `major.minor`.
-        nvrtc: String,
     },
     /// A launch and its generated kernel disagree on a buffer: `cargo xtask gen` changed what a
     /// kernel binds and the host's launch plan was not changed with it (a build defect).

@@ -1,15 +1,16 @@
 //! The CUDA backend: the generated `.cu` kernels, compiled at run time by NVRTC for the device's
 //! architecture (with `-DSK_BLOCK` from the tuning table) and launched through cudarc.
 //!
-//! cudarc loads libcuda and libnvrtc dynamically: [`CudaBackend::new`] asks whether both are
-//! present before any driver call (cudarc panics otherwise) and returns
-//! [`Error::Unavailable`] when they are not. cudarc (0.19.5 and later) resolves each driver
-//! symbol when it is first called, so a driver older than the CUDA 13 API it is built against
-//! works for every call this backend makes but the event timing of benchmarks
-//! (`cuEventElapsedTime_v2`, CUDA 12.8), which it refuses with a typed error instead. NVRTC must
-//! not be newer than the driver, which refuses PTX from a newer compiler: cudarc looks for
-//! `libnvrtc.so.13` and then `libnvrtc.so.12`, and [`CudaBackend::from_stream`] checks the pair
-//! ([`Error::CudaVersions`] names both).
+//! cudarc's linking mode and bindings are the engine's build's choice (see the `cuda` feature):
+//! nothing here depends on either. [`CudaBackend::new`] asks whether libcuda and libnvrtc load
+//! before any driver call (cudarc loading them dynamically panics otherwise) and returns
+//! [`Error::Unavailable`] when they do not. cudarc resolves each driver symbol when it is first
+//! called, so a driver older than the bindings works for every call this backend makes; the one
+//! entry point that newer bindings rename (`cuEventElapsedTime_v2`, CUDA 12.8, for benchmarks'
+//! timing) is called by whichever name the driver has. NVRTC writes PTX of its own release's ISA,
+//! which an older driver refuses: the backend writes the driver's ISA in the PTX instead
+//! ([`ptx_isa`](super::ptx_isa)), so NVRTC 13 serves a CUDA 12.0 driver and newer
+//! ([`Error::CudaDriverTooOld`] below that).
 //!
 //! A `sample` call's seeded and filter launches touch none of the rows its plain launch samples,
 //! so they run on a second stream of the backend's own, forked from the caller's stream after
@@ -20,6 +21,7 @@
 //! in a context with several cudarc streams) stays as the engine set it.
 
 use super::launch::{Device, Launch, Scratch, Share, Split};
+use super::ptx_isa;
 use super::timing::{Clock, LaunchTime};
 use crate::backend::job::Visit;
 use crate::backend::{Backend, Job};
@@ -27,16 +29,18 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUstream};
+use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUresult, CUstream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     PinnedHostSlice,
 };
+use cudarc::nvrtc::Ptx;
+use libloading::Library;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A CUDA device buffer: cudarc's own slice type, so an engine passes what it already has.
 pub type CudaBuffer<T> = CudaSlice<T>;
@@ -119,14 +123,13 @@ pub struct CudaBackend {
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Page-locked host memory the per-step writes go through (see [`Staging`]).
     staging: Mutex<Staging>,
-    /// The driver's CUDA version (`1000 * major + 10 * minor`).
-    driver: i32,
+    /// The newest PTX ISA the driver compiles, which the kernels' PTX is lowered to.
+    isa: (u32, u32),
 }
 
 /// Whether libnvrtc can be loaded (it only tries to open the library).
 pub fn nvrtc_present() -> bool {
-    // SAFETY: this only tries to dlopen the library.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    library(&["nvrtc"]).is_some()
 }
 
 /// [`Error::Unavailable`] unless libnvrtc can be loaded: cudarc panics on a call into a
@@ -140,24 +143,39 @@ fn require_nvrtc() -> Result<()> {
 
 /// Whether the CUDA driver and NVRTC libraries can be loaded (no driver call is made).
 pub fn libraries_present() -> bool {
-    // SAFETY: this only tries to dlopen the library.
-    nvrtc_present() && unsafe { cudarc::driver::sys::is_culib_present() }
+    nvrtc_present() && driver_library().is_some()
 }
 
-/// A CUDA version as the driver reports it (`1000 * major + 10 * minor`).
-fn major_minor(version: i32) -> (i32, i32) {
-    (version / 1000, version % 1000 / 10)
+/// The driver library, opened once (see [`library`]).
+fn driver_library() -> Option<&'static Library> {
+    static DRIVER: OnceLock<Option<Library>> = OnceLock::new();
+    DRIVER.get_or_init(|| library(&["cuda", "nvcuda"])).as_ref()
 }
 
-/// Whether a driver of CUDA `driver` (as [`major_minor`] reads it) loads the PTX of NVRTC
-/// `nvrtc` (major, minor): only PTX of its own CUDA version or older.
-fn check_versions(driver: i32, nvrtc: (i32, i32)) -> Result<()> {
-    let driver = major_minor(driver);
-    if nvrtc <= driver {
-        return Ok(());
-    }
-    let show = |(major, minor): (i32, i32)| format!("{major}.{minor}");
-    Err(Error::CudaVersions { driver: show(driver), nvrtc: show(nvrtc) })
+/// The first of `libs` that opens under a name cudarc's own loader also tries, so that a library
+/// found here is one cudarc loads. cudarc's list (`get_lib_name_candidates`) exists only where it
+/// loads dynamically; where it links instead, the linked libraries' names are among these.
+fn library(libs: &[&str]) -> Option<Library> {
+    use std::env::consts::{DLL_PREFIX as P, DLL_SUFFIX as S};
+    let version = cudarc::driver::sys::CUDA_VERSION;
+    let (major, minor) = (version / 1000, version % 1000 / 10);
+    let names = libs.iter().flat_map(|lib| {
+        [format!("{P}{lib}{S}"), format!("{P}{lib}64_{major}{minor}_0{S}"), format!("{P}{lib}64_{major}0_0{S}")]
+            .into_iter()
+            .chain([major.to_string(), "12".into(), "11".into(), "1".into()].map(|v| format!("{P}{lib}{S}.{v}")))
+    });
+    // SAFETY: opening the CUDA libraries runs no initialiser with preconditions.
+    names.into_iter().find_map(|name| unsafe { Library::new(name) }.ok())
+}
+
+/// A CUDA version as the driver reports it (`1000 * major + 10 * minor`), as `major.minor`.
+fn show_version(version: i32) -> String {
+    format!("{}.{}", version / 1000, version % 1000 / 10)
+}
+
+/// The newest PTX ISA the driver of CUDA `driver` compiles, or [`Error::CudaDriverTooOld`].
+fn driver_isa(driver: i32) -> Result<(u32, u32)> {
+    ptx_isa::driver_isa(driver).ok_or_else(|| Error::CudaDriverTooOld { driver: show_version(driver) })
 }
 
 /// The CUDA version of the loaded driver.
@@ -166,6 +184,24 @@ fn driver_version() -> Result<i32> {
     // SAFETY: writes one int; the library was found present before any driver call.
     unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }.result().map_err(cuda_error)?;
     Ok(version)
+}
+
+/// `cuEventElapsedTime` between two recorded events, once `end` is done, through the entry point
+/// the driver has: bindings of CUDA 12.8 and later call `cuEventElapsedTime_v2`, which older
+/// drivers lack (cudarc would panic on the missing symbol).
+fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<f32> {
+    type Elapsed = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
+    end.synchronize().map_err(cuda_error)?;
+    let lib = driver_library().ok_or_else(|| Error::Unavailable("libcuda not found on the library path".into()))?;
+    // SAFETY: both names have this signature in every CUDA release that has them.
+    let elapsed =
+        unsafe { lib.get::<Elapsed>(b"cuEventElapsedTime_v2\0").or_else(|_| lib.get(b"cuEventElapsedTime\0")) }
+            .map(|f| *f)
+            .map_err(|e| cuda_error(format!("cuEventElapsedTime: {e}")))?;
+    let mut ms = 0.0;
+    // SAFETY: two events of one context, both recorded, the later one complete.
+    unsafe { elapsed(&mut ms, start.cu_event(), end.cu_event()) }.result().map_err(cuda_error)?;
+    Ok(ms)
 }
 
 /// The version of the loaded NVRTC.
@@ -264,8 +300,7 @@ impl CudaBackend {
     /// Launches on an engine's own stream.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         require_nvrtc()?;
-        let driver = driver_version()?;
-        check_versions(driver, nvrtc_version()?)?;
+        let isa = driver_isa(driver_version()?)?;
         let ctx = stream.context();
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
         let (arch, blocks) = target(major);
@@ -289,7 +324,7 @@ impl CudaBackend {
         let side = SideStream::new(ctx)?;
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, driver })
+        Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, isa })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
@@ -322,22 +357,12 @@ impl CudaBackend {
     /// resolution is about half a microsecond). Returns once the launches are done. Other work
     /// put on the same stream meanwhile (an engine's) is counted too.
     pub fn time_launches<R>(&self, launches: impl FnOnce(&Self) -> Result<R>) -> Result<(R, LaunchTime)> {
-        // cudarc's CUDA 13 binding reads the events with `cuEventElapsedTime_v2`, which a
-        // driver before 12.8 lacks (cudarc would panic on the missing symbol).
-        if self.driver < 12080 {
-            return Err(Error::Unsupported {
-                backend: "cuda",
-                kernel: "time_launches",
-                feature: "CUDA 12.8 event timing",
-            });
-        }
         // Events made without flags do not time; the default flags do.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = self.stream.record_event(timed).map_err(cuda_error)?;
         let out = launches(self)?;
         let end = self.stream.record_event(timed).map_err(cuda_error)?;
-        // Waits for both events.
-        let ms = start.elapsed_ms(&end).map_err(cuda_error)?;
+        let ms = elapsed_ms(&start, &end)?;
         Ok((out, LaunchTime { elapsed: std::time::Duration::from_secs_f64(ms as f64 * 1e-3), clock: Clock::Device }))
     }
 
@@ -347,6 +372,10 @@ impl CudaBackend {
             return Ok(f.clone());
         }
         let ptx = compile(kernel, self.arch, self.blocks.of(kernel), Optimisation::Full)?;
+        let ptx = match ptx_isa::lower_ptx(&ptx.to_src(), self.isa) {
+            Some(lowered) => Ptx::from_src(lowered),
+            None => ptx,
+        };
         let module = self.stream.context().load_module(ptx).map_err(cuda_error)?;
         let f = module.load_function(kernel.name).map_err(cuda_error)?;
         cache.insert(kernel.name, f.clone());
@@ -632,19 +661,11 @@ impl CudaBackend {
 mod tests {
     use super::*;
 
-    /// The rule without a GPU: a driver takes PTX of its own CUDA version or older.
+    /// A driver older than the oldest ISA is refused by name; the fleets' drivers are not.
     #[test]
-    fn driver_refuses_newer_nvrtc() {
-        // The H200 run: driver 580 (CUDA 13.0) with NVRTC 13.0.
-        assert_eq!(check_versions(13000, (13, 0)), Ok(()));
-        // A T4 fleet on a 535 driver (CUDA 12.2) with its own NVRTC, or an older one.
-        assert_eq!(check_versions(12020, (12, 2)), Ok(()));
-        assert_eq!(check_versions(12020, (11, 8)), Ok(()));
-        // The same driver with the pip wheel's NVRTC 13.5, or with CUDA 12.4's.
-        let err = Error::CudaVersions { driver: "12.2".into(), nvrtc: "13.5".into() };
-        assert_eq!(check_versions(12020, (13, 5)), Err(err));
-        assert!(matches!(check_versions(12020, (12, 4)), Err(Error::CudaVersions { .. })));
-        assert_eq!(major_minor(12080), (12, 8));
-        assert_eq!(major_minor(13010), (13, 1));
+    fn drivers_before_cuda_12_are_refused() {
+        assert_eq!(driver_isa(11080), Err(Error::CudaDriverTooOld { driver: "11.8".into() }));
+        assert_eq!(driver_isa(12020), Ok((8, 2)));
+        assert_eq!(show_version(13010), "13.1");
     }
 }

@@ -11,6 +11,8 @@ pub mod cuda;
 mod job;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
+#[cfg(feature = "cuda")]
+pub mod ptx_isa;
 pub mod timing;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;

@@ -20,6 +20,11 @@ mod kernels;
 mod out;
 mod outline;
 mod passes;
+/// The backend's table of drivers and PTX ISAs, so the report assembles at the ISA it uses (the
+/// backend's driver lookup is not needed here).
+#[allow(dead_code)]
+#[path = "../../src/backend/ptx_isa.rs"]
+mod ptx_isa;
 mod ptx_report;
 mod test_runner;
 mod tuning;
