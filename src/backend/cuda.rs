@@ -932,13 +932,49 @@ mod tests {
         drop(staging);
         let log = recorder.log.into_inner();
         check_staging(&log).unwrap_or_else(|e| panic!("after the drop: {e}"));
-        // The test means something only if a slot grew and every host was freed in the end.
-        let (allocs, frees) = log.iter().fold((0, 0), |(a, f), c| match c {
-            Call::Alloc { .. } => (a + 1, f),
-            Call::Free { .. } => (a, f + 1),
-            _ => (a, f),
-        });
-        assert_eq!((allocs, frees), (STAGING_SLOTS + 1, STAGING_SLOTS + 1), "{log:?}");
+        // The test means something only if a slot grew; every host is freed in the end.
+        let hosts = |alloc: bool| -> Vec<usize> {
+            let host = |c: &Call| match *c {
+                Call::Alloc { host } if alloc => Some(host),
+                Call::Free { host } if !alloc => Some(host),
+                _ => None,
+            };
+            let mut hosts: Vec<_> = log.iter().filter_map(host).collect();
+            hosts.sort_unstable();
+            hosts
+        };
+        assert_eq!(hosts(true).len(), STAGING_SLOTS + 1, "{log:?}");
+        assert_eq!(hosts(true), hosts(false), "{log:?}");
+    }
+
+    /// Lent memory and streams of another context are refused by their context's handle, with
+    /// the typed error (the handles here are stand-ins: only their identity is compared).
+    #[test]
+    fn another_contexts_memory_is_refused() {
+        let (ours, theirs) = (0x10 as CUcontext, 0x20 as CUcontext);
+        assert_eq!(same_context("the view's memory", ours, ours), Ok(()));
+        assert_eq!(
+            same_context("the view's memory", theirs, ours),
+            Err(Error::OtherContext { what: "the view's memory" })
+        );
+        assert!(matches!(same_context("the stream", std::ptr::null_mut(), ours), Err(Error::OtherContext { .. })));
+    }
+
+    /// A raw address must be able to hold its elements: not null, aligned to the element type,
+    /// its length within the address space.
+    #[test]
+    fn raw_addresses_are_checked() {
+        assert_eq!(check_raw::<f32>(0x7f00_0000_0100, 151_936), Ok(()));
+        assert_eq!(check_raw::<f64>(0x7f00_0000_0108, 1), Ok(()));
+        let problem = |r: Result<()>| match r {
+            Err(Error::RawMemory { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(problem(check_raw::<u32>(0, 4)), "null");
+        assert_eq!(problem(check_raw::<u32>(0x1002, 4)), "not aligned to its element type");
+        assert_eq!(problem(check_raw::<f64>(0x1004, 4)), "not aligned to its element type");
+        assert!(problem(check_raw::<u32>(u64::MAX - 7, 4)).contains("address space"));
+        assert!(problem(check_raw::<u64>(0x1000, usize::MAX / 4)).contains("address space"));
     }
 
     /// The rule without a GPU: a driver takes PTX of its own CUDA version or older.
