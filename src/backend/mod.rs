@@ -52,6 +52,9 @@ impl<B: Backend + ?Sized> Logits<'_, B> {
 /// value to sample, 0 when it had none (every value NaN or -inf), in which case its token is 0
 /// and its log-probability -inf, or [`STATUS_UNRANKED`](crate::STATUS_UNRANKED) for a row that
 /// asked for SGLang's rank hashing and was sampled on the vocabulary id's noise instead.
+/// Built with [`Output::new`] and the `with_` methods; its fields are private, since on CUDA it
+/// may hold an engine's memory lent by an alias (`Output::aliased`), which no safe code may
+/// take out of it.
 pub struct Output<'a, B: Backend + ?Sized> {
     /// One token per row.
     pub(crate) tokens: &'a mut B::Buffer<u32>,
