@@ -85,7 +85,7 @@ mod in_place {
         let backend = CudaBackend::from_stream(storage.device.cuda_stream())?;
         let rows = backend.upload(params)?;
         let mut tokens = backend.zeros::<u32>(shape.batch)?;
-        let logits = backend.alias(&view);
+        let logits = backend.alias(&view)?;
         backend.race_from_logits(shape, Logits::Bf16(&*logits), &rows, Output::new(&mut tokens))?;
         let tokens = backend.download(&tokens)?;
 

@@ -69,6 +69,23 @@ pub enum Error {
         /// How they disagree.
         problem: &'static str,
     },
+    /// Memory or a stream lent to the CUDA backend (an alias's view, a raw stream) belongs to
+    /// another CUDA context than the backend's, where its address names nothing, or another
+    /// allocation; nothing was lent.
+    #[error("{what} belongs to another CUDA context than the backend's")]
+    OtherContext {
+        /// What was lent.
+        what: &'static str,
+    },
+    /// A raw device address lent to the CUDA backend cannot hold the elements it is said to:
+    /// nothing was lent.
+    #[error("device address {address:#x}: {problem}")]
+    RawMemory {
+        /// The address given.
+        address: u64,
+        /// What is wrong with it (null, misaligned, its length runs past the address space).
+        problem: &'static str,
+    },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
     Device {

@@ -114,7 +114,7 @@ impl Backend for CpuBackend {
     fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
         Ok(vec![T::zeroed(); len])
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
         buf[..data.len()].copy_from_slice(data);
         Ok(())
     }

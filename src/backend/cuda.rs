@@ -13,33 +13,34 @@
 //! ([`Error::CudaDriverTooOld`] below that).
 //!
 //! A `sample` call's seeded and filter launches touch none of the rows its plain launch samples,
-//! so they run on a second stream of the backend's own, forked from the caller's stream after
+//! so they run on a second stream of the backend's own, forked from the caller's stream before
 //! the plain launch is queued and joined back before the call returns (`SideStream`). A batch
 //! of plain rows with one top-p row then lasts about as long as the plain launch or the top-p
 //! row's three dependent launches, whichever is longer, not their sum. The side stream is made
 //! with the driver's calls, not as a cudarc stream, so cudarc's per-buffer event tracking (on
 //! in a context with several cudarc streams) stays as the engine set it.
 
-use super::launch::{Device, Launch, Scratch, Share, Split};
+use super::launch::{queue, Device, Launch, Scratch, Share, Split, Streams};
 use super::ptx_isa;
 use super::timing::{Clock, LaunchTime};
 use crate::backend::job::Visit;
+use crate::backend::Output;
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUresult, CUstream};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUevent_flags, CUevent_wait_flags, CUresult, CUstream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    PinnedHostSlice,
+    DeviceSlice, PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
 use libloading::Library;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A CUDA device buffer: cudarc's own slice type, so an engine passes what it already has.
@@ -73,9 +74,33 @@ impl<T> Drop for Aliased<T> {
 /// view it was made from, so the memory outlives it. cudarc's tracking across streams does not
 /// see uses through an alias: sample on the stream that writes the memory, or order the streams
 /// yourself. Where cudarc tracks events (a context with several streams) making one makes two.
+/// It derefs to a shared `CudaSlice` only, through which no safe code moves or writes it.
 pub struct CudaAlias<'a, T>(Aliased<T>, PhantomData<&'a T>);
 
-/// As [`CudaAlias`], for memory the sampling calls write (tokens into an engine's buffer).
+/// As [`CudaAlias`], for memory the sampling calls write (tokens into an engine's buffer):
+/// [`Output::aliased`] lends it to one call. It derefs to a shared `CudaSlice` (to read it,
+/// download it, or pass it as logits), never to a mutable one: no safe code can move the slice
+/// out, where dropping it would free the engine's memory, nor put another in its place, and an
+/// `Output`'s fields are private, so the one it lends to cannot hand it on either:
+///
+/// ```compile_fail,E0596
+/// use sampling_kernels::{CudaAliasMut, CudaBuffer};
+/// fn steal(alias: &mut CudaAliasMut<'_, u32>, other: CudaBuffer<u32>) -> CudaBuffer<u32> {
+///     std::mem::replace(&mut **alias, other)
+/// }
+/// ```
+/// ```compile_fail,E0596
+/// use sampling_kernels::CudaAliasMut;
+/// fn trade(a: &mut CudaAliasMut<'_, u32>, b: &mut CudaAliasMut<'_, u32>) {
+///     std::mem::swap(&mut **a, &mut **b);
+/// }
+/// ```
+/// ```compile_fail,E0616
+/// use sampling_kernels::{CudaBackend, CudaBuffer, Output};
+/// fn steal(out: Output<'_, CudaBackend>, other: CudaBuffer<u32>) -> CudaBuffer<u32> {
+///     std::mem::replace(out.tokens, other)
+/// }
+/// ```
 pub struct CudaAliasMut<'a, T>(Aliased<T>, PhantomData<&'a mut T>);
 
 impl<T> Deref for CudaAlias<'_, T> {
@@ -92,10 +117,67 @@ impl<T> Deref for CudaAliasMut<'_, T> {
     }
 }
 
-impl<T> DerefMut for CudaAliasMut<'_, T> {
-    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+impl<T> CudaAliasMut<'_, T> {
+    /// The slice, for the crate's calls only: a `&mut CudaSlice` in safe hands could be swapped
+    /// out and dropped, freeing the engine's memory.
+    fn lend(&mut self) -> &mut CudaSlice<T> {
         &mut self.0 .0
     }
+}
+
+/// Outputs written into an engine's memory in place, through aliases
+/// ([`CudaBackend::alias_mut`], [`CudaBackend::alias_raw`]).
+///
+/// ```
+/// use sampling_kernels::{Backend, CudaAliasMut, CudaBackend, CudaBuffer, Logits, Output, RowParams, Shape};
+/// fn step(
+///     sampler: &CudaBackend,
+///     logits: &CudaBuffer<f32>,
+///     rows: &CudaBuffer<RowParams>,
+///     tokens: &mut CudaAliasMut<'_, u32>,
+///     logprobs: &mut CudaAliasMut<'_, f32>,
+/// ) -> sampling_kernels::Result<()> {
+///     let out = Output::aliased(tokens).with_aliased_logprobs(logprobs);
+///     sampler.race_from_logits(Shape::dense(1, 4), Logits::F32(logits), rows, out)
+/// }
+/// ```
+impl<'a> Output<'a, CudaBackend> {
+    /// Tokens into an engine's memory.
+    pub fn aliased(tokens: &'a mut CudaAliasMut<'_, u32>) -> Self {
+        Output::new(tokens.lend())
+    }
+    /// Also each token's log-probability, into an engine's memory.
+    pub fn with_aliased_logprobs(self, logprobs: &'a mut CudaAliasMut<'_, f32>) -> Self {
+        self.with_logprobs(logprobs.lend())
+    }
+    /// Also each row's status, into an engine's memory.
+    pub fn with_aliased_status(self, status: &'a mut CudaAliasMut<'_, u32>) -> Self {
+        self.with_status(status.lend())
+    }
+}
+
+/// Refuses memory or a stream (`what`) of context `theirs` for a backend of context `ours`: in
+/// another context a device address names nothing, or another allocation.
+fn same_context(what: &'static str, theirs: CUcontext, ours: CUcontext) -> Result<()> {
+    if theirs == ours {
+        return Ok(());
+    }
+    Err(Error::OtherContext { what })
+}
+
+/// Refuses a raw device address that cannot hold `len` elements of `T`: null, not aligned to
+/// `T`, or a length whose bytes overflow the address space.
+fn check_raw<T>(ptr: CUdeviceptr, len: usize) -> Result<()> {
+    let problem = if ptr == 0 {
+        "null"
+    } else if !ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
+        "not aligned to its element type"
+    } else if len.checked_mul(std::mem::size_of::<T>()).and_then(|b| ptr.checked_add(b as u64)).is_none() {
+        "its length runs past the end of the address space"
+    } else {
+        return Ok(());
+    };
+    Err(Error::RawMemory { address: ptr, problem })
 }
 
 fn cuda_error(message: impl std::fmt::Display) -> Error {
@@ -122,7 +204,7 @@ pub struct CudaBackend {
     side: SideStream,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Page-locked host memory the per-step writes go through (see [`Staging`]).
-    staging: Mutex<Staging>,
+    staging: Mutex<Staging<PinnedHostSlice<u8>, CudaEvent>>,
     /// The newest PTX ISA the driver compiles, which the kernels' PTX is lowered to.
     isa: (u32, u32),
 }
@@ -327,22 +409,73 @@ impl CudaBackend {
         Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, isa })
     }
 
+    /// Launches on a stream an engine holds as the driver's handle (burn and CubeCL keep theirs
+    /// so), in `ctx` (for a device's primary context, which those engines use,
+    /// `CudaContext::new(ordinal)`). A stream of another context is refused
+    /// ([`Error::OtherContext`]).
+    ///
+    /// # Safety
+    /// `stream` is a live stream (or 0, the context's legacy default stream) and stays live as
+    /// long as the backend does: the backend never destroys it. Work the engine queues on it is
+    /// ordered with the backend's calls by the stream itself; work on the engine's other
+    /// streams is the engine's to order.
+    pub unsafe fn from_raw_stream(ctx: &Arc<CudaContext>, stream: CUstream) -> Result<Self> {
+        ctx.bind_to_thread().map_err(cuda_error)?;
+        let mut owner: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle; the caller vouches for the stream.
+        unsafe { cudarc::driver::sys::cuStreamGetCtx(stream, &mut owner) }.result().map_err(cuda_error)?;
+        same_context("the stream", owner, ctx.cu_ctx())?;
+        // SAFETY: the caller's contract, and the stream was checked to be `ctx`'s.
+        Self::from_stream(unsafe { ctx.wrap_borrowed_stream(stream) })
+    }
+
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
-    /// read, in place.
-    pub fn alias<'a, T>(&self, view: &'a CudaView<'_, T>) -> CudaAlias<'a, T> {
+    /// read, in place. A view of another CUDA context's memory is refused
+    /// ([`Error::OtherContext`]); two contexts that are the device's primary one are the same.
+    pub fn alias<'a, T>(&self, view: &'a CudaView<'_, T>) -> Result<CudaAlias<'a, T>> {
+        self.own_context(view.stream())?;
         let (ptr, _read) = view.device_ptr(&self.stream);
         // SAFETY: `view` borrows its slice for 'a, so the memory stays allocated and holds
-        // `view.len()` elements while the alias lives.
-        CudaAlias(unsafe { Aliased::new(&self.stream, ptr, view.len()) }, PhantomData)
+        // `view.len()` elements while the alias lives; it is this context's.
+        Ok(CudaAlias(unsafe { Aliased::new(&self.stream, ptr, view.len()) }, PhantomData))
     }
 
     /// `view` (for example `slice.slice_mut(offset..offset + len)`) as a buffer the sampling
-    /// calls write, in place.
-    pub fn alias_mut<'a, T>(&self, view: &'a mut CudaViewMut<'_, T>) -> CudaAliasMut<'a, T> {
+    /// calls write, in place (through [`Output::aliased`]), or read. Refused as in
+    /// [`CudaBackend::alias`].
+    pub fn alias_mut<'a, T>(&self, view: &'a mut CudaViewMut<'_, T>) -> Result<CudaAliasMut<'a, T>> {
+        self.own_context(view.stream())?;
         let len = view.len();
         let (ptr, _written) = view.device_ptr_mut(&self.stream);
         // SAFETY: as in `alias`, and the borrow is exclusive.
-        CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData)
+        Ok(CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData))
+    }
+
+    /// `len` elements of `T` at device address `ptr`, memory an engine holds as a raw pointer
+    /// (burn's and CubeCL's), as a buffer the sampling calls write (through
+    /// [`Output::aliased`]) or read, in place. The crate never frees it: dropping the alias
+    /// leaves the memory as it was. A null address, one not aligned to `T`, or a length past
+    /// the end of the address space is refused ([`Error::RawMemory`]).
+    ///
+    /// # Safety
+    /// For as long as the alias lives (`'a`, which the caller picks):
+    /// - `ptr .. ptr + len * size_of::<T>()` is device memory allocated in (or mapped into) this
+    ///   backend's CUDA context, and stays allocated: the engine frees it only after the alias
+    ///   is dropped and the calls that used it have run (the backend's stream orders them);
+    /// - nothing else writes it, or reads what a call writes through it, unless ordered after
+    ///   the backend's stream (the engine's work on the same stream is);
+    /// - any `T` bit pattern it holds is one the calls may read (the crate's element types are
+    ///   plain numbers; row records are validated only by [`Backend::write`] and
+    ///   [`Backend::upload`], so records written there by other means must be valid).
+    pub unsafe fn alias_raw<'a, T>(&self, ptr: CUdeviceptr, len: usize) -> Result<CudaAliasMut<'a, T>> {
+        check_raw::<T>(ptr, len)?;
+        // SAFETY: the caller's contract.
+        Ok(CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData))
+    }
+
+    /// Refuses memory whose stream (`stream`) is of another context than the backend's.
+    fn own_context(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        same_context("the view's memory", stream.context().cu_ctx(), self.stream.context().cu_ctx())
     }
 
     /// The stream every call is ordered on: a call's launches are queued on it, or on the
@@ -405,9 +538,10 @@ impl Backend for CudaBackend {
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
         self.stream.alloc_zeros(len.max(1)).map_err(cuda_error)
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
         let mut staging = self.staging.lock().map_err(|_| cuda_error("staging lock poisoned"))?;
-        staging.write(&self.stream, buf, bytemuck::cast_slice(data))
+        let (dst, _written) = buf.device_ptr_mut(&self.stream);
+        staging.write(&OnStream(&self.stream), dst, bytemuck::cast_slice(data))
     }
     fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(buf).map_err(cuda_error)
@@ -436,54 +570,121 @@ impl Backend for CudaBackend {
 /// so a decode step's row records would wait for everything queued before them, the engine's
 /// forward pass included. From page-locked memory the copy is queued and the host goes on; a
 /// slot is reused once the copy that last used it has run, [`STAGING_SLOTS`] writes later.
-#[derive(Default)]
-struct Staging {
-    slots: ArrayVec<Slot, STAGING_SLOTS>,
+/// Generic over the driver's calls ([`Pinning`]) so a test can record their order.
+struct Staging<H, E: CopyEvent> {
+    slots: ArrayVec<Slot<H, E>, STAGING_SLOTS>,
     next: usize,
+}
+
+impl<H, E: CopyEvent> Default for Staging<H, E> {
+    fn default() -> Self {
+        Staging { slots: ArrayVec::new(), next: 0 }
+    }
 }
 
 /// Writes a ring of this many slots covers: a `Sampler::step` makes three.
 const STAGING_SLOTS: usize = 8;
 
-/// One slot: its memory, and an event recorded after the copy that last read it.
-struct Slot {
-    host: PinnedHostSlice<u8>,
-    copied: CudaEvent,
+/// One slot: its memory, how many bytes that is, and an event recorded after the copy that
+/// last read it.
+struct Slot<H, E> {
+    host: H,
+    bytes: usize,
+    copied: E,
 }
 
-impl Staging {
-    /// Queues a copy of `bytes` to the start of `buf` on `stream` through the next slot.
-    fn write<T>(&mut self, stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, bytes: &[u8]) -> Result<()> {
-        let ctx = stream.context();
+/// An event a staging copy records after it.
+trait CopyEvent {
+    /// Waits on the host until the copy that last recorded this event has run.
+    fn wait(&self) -> Result<()>;
+}
+
+/// The driver's calls staging makes: cudarc's on the backend's stream ([`OnStream`]), or a
+/// test's recorder.
+trait Pinning {
+    /// Page-locked host memory, freed when dropped.
+    type Host;
+    /// The event a copy records.
+    type Event: CopyEvent;
+    /// `bytes` of page-locked memory.
+    fn alloc(&self, bytes: usize) -> Result<Self::Host>;
+    /// A new event, not yet recorded.
+    fn event(&self) -> Result<Self::Event>;
+    /// Fills the start of `host` with `bytes`, queues its copy to device address `dst`, and
+    /// records `event` after it.
+    fn copy(&self, host: &mut Self::Host, bytes: &[u8], dst: CUdeviceptr, event: &Self::Event) -> Result<()>;
+}
+
+impl<H, E: CopyEvent> Staging<H, E> {
+    /// Queues a copy of `bytes` to device address `dst` through the next slot.
+    fn write<P: Pinning<Host = H, Event = E>>(&mut self, pin: &P, dst: CUdeviceptr, bytes: &[u8]) -> Result<()> {
         let at = self.next;
-        self.next = (at + 1) % STAGING_SLOTS;
-        if self.slots.len() <= at || self.slots[at].host.len() < bytes.len() {
-            // Grows only while a sampler warms up: a slot holds the largest write so far.
-            let len = bytes.len().max(4096).next_power_of_two();
-            // SAFETY: the memory is written below before any copy reads it.
-            let host = unsafe { ctx.alloc_pinned::<u8>(len) }.map_err(cuda_error)?;
-            let slot = Slot { host, copied: ctx.new_event(None).map_err(cuda_error)? };
-            match self.slots.get_mut(at) {
-                Some(old) => *old = slot,
-                None => self.slots.push(slot),
+        // A slot holds the largest write so far: it grows only while a sampler warms up.
+        let size = bytes.len().max(4096).next_power_of_two();
+        match self.slots.get_mut(at) {
+            Some(slot) => {
+                // The copy that last read this slot must have run before its memory is
+                // overwritten, or freed as the slot grows.
+                slot.copied.wait()?;
+                if slot.bytes < bytes.len() {
+                    slot.host = pin.alloc(size)?;
+                    slot.bytes = size;
+                }
             }
+            // A new slot's event has recorded nothing: there is nothing to wait for. `next`
+            // moves on only past a slot that exists, so the new one is at `at`.
+            None => self.slots.push(Slot { host: pin.alloc(size)?, bytes: size, copied: pin.event()? }),
         }
         let slot = &mut self.slots[at];
-        // The copy that last read this slot must have run before it is overwritten.
-        slot.copied.synchronize().map_err(cuda_error)?;
-        let host = slot.host.as_mut_slice().map_err(cuda_error)?;
-        host[..bytes.len()].copy_from_slice(bytes);
-        let (dst, _written) = buf.device_ptr_mut(stream);
+        pin.copy(&mut slot.host, bytes, dst, &slot.copied)?;
+        self.next = (at + 1) % STAGING_SLOTS;
+        Ok(())
+    }
+}
+
+impl<H, E: CopyEvent> Drop for Staging<H, E> {
+    /// The memory is freed (as the slots drop, after this) only once the copies that read it
+    /// have run: the stream may still hold them when the backend is dropped.
+    fn drop(&mut self) {
+        for slot in &self.slots {
+            // Errors are dropped: the context may already be tearing down.
+            let _ = slot.copied.wait();
+        }
+    }
+}
+
+impl CopyEvent for CudaEvent {
+    fn wait(&self) -> Result<()> {
+        self.synchronize().map_err(cuda_error)
+    }
+}
+
+/// Staging's calls on the backend's stream.
+struct OnStream<'s>(&'s Arc<CudaStream>);
+
+impl Pinning for OnStream<'_> {
+    type Host = PinnedHostSlice<u8>;
+    type Event = CudaEvent;
+    fn alloc(&self, bytes: usize) -> Result<PinnedHostSlice<u8>> {
+        // SAFETY: `copy` writes the memory before any copy reads it.
+        unsafe { self.0.context().alloc_pinned::<u8>(bytes) }.map_err(cuda_error)
+    }
+    fn event(&self) -> Result<CudaEvent> {
+        self.0.context().new_event(None).map_err(cuda_error)
+    }
+    fn copy(&self, host: &mut PinnedHostSlice<u8>, bytes: &[u8], dst: CUdeviceptr, event: &CudaEvent) -> Result<()> {
+        let host = host.as_mut_slice().map_err(cuda_error)?;
+        let host = host.get_mut(..bytes.len()).ok_or_else(|| cuda_error("a staging slot shorter than its write"))?;
+        host.copy_from_slice(bytes);
         // SAFETY: `dst` covers `bytes` (the caller checked the write's length against the
-        // buffer) and the source is page-locked memory that stays untouched until `copied`.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst, &host[..bytes.len()], stream.cu_stream()) }
-            .map_err(cuda_error)?;
-        slot.copied.record(stream).map_err(cuda_error)
+        // buffer) and the source is page-locked memory that stays untouched until `event`.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, host, self.0.cu_stream()) }.map_err(cuda_error)?;
+        event.record(self.0).map_err(cuda_error)
     }
 }
 
 /// The backend's second stream (see the module's doc) and the two events that order it: `forked`
-/// on the caller's stream before a call's first side launch, which the side stream waits for,
+/// on the caller's stream before a call's first launch, which the side stream waits for,
 /// and `joined` on the side stream after its last, which the caller's stream waits for. Made
 /// once, with the backend: a call records and waits, and creates nothing.
 struct SideStream {
@@ -551,6 +752,25 @@ impl Drop for SideStream {
     }
 }
 
+/// A call's launches on the caller's stream (`main`) and the backend's side stream.
+struct OnStreams<'b> {
+    backend: &'b CudaBackend,
+    main: CUstream,
+}
+
+impl Streams<u64> for OnStreams<'_> {
+    fn fork(&mut self) -> Result<()> {
+        self.backend.side.fork(self.main)
+    }
+    fn join(&mut self) -> Result<()> {
+        self.backend.side.join(self.main)
+    }
+    fn launch(&mut self, launch: Launch<u64>) -> Result<()> {
+        let stream = if launch.side { self.backend.side.stream } else { self.main };
+        self.backend.launch(launch, stream)
+    }
+}
+
 /// Takes cudarc's guard of each buffer a job uses on the stream and drops it at once. Before
 /// the launches, taking it makes the stream wait for other streams' writes (and, for what the
 /// job writes, their reads); after them, dropping it records this stream's use.
@@ -567,8 +787,8 @@ impl Visit<CudaBackend> for Track<'_> {
 
 impl CudaBackend {
     /// The job's launches, in order on the caller's stream, those marked `side` in order on
-    /// the side stream (forked before the first of them, joined after the last), each stream's
-    /// with its own scratch.
+    /// the side stream (forked before the call's first launch, joined after its last: see
+    /// [`queue`]), each stream's with its own scratch.
     fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
         let zeros = |_: &str, words| self.stream.alloc_zeros(words).map_err(cuda_error);
@@ -597,29 +817,7 @@ impl CudaBackend {
             cut_here_groups: self.sms,
         };
         self.stream.context().bind_to_thread().map_err(cuda_error)?;
-        let main = self.stream.cu_stream();
-        let mut forked = false;
-        let mut launched = Ok(());
-        for launch in Launch::plan(job, &split)? {
-            let stream = if launch.side {
-                if !forked {
-                    self.side.fork(main)?;
-                    forked = true;
-                }
-                self.side.stream
-            } else {
-                main
-            };
-            launched = self.launch(launch, stream);
-            if launched.is_err() {
-                break;
-            }
-        }
-        // Joined even after a failed launch, so the caller's stream orders what was queued.
-        if forked {
-            self.side.join(main)?;
-        }
-        launched
+        queue(Launch::plan(job, &split)?, &mut OnStreams { backend: self, main: self.stream.cu_stream() })
     }
 
     /// Launches on `stream` with the driver's `cuLaunchKernel` and the arguments on the stack:
@@ -660,6 +858,153 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::collections::{HashMap, HashSet};
+
+    /// Staging's driver calls as a test sees them, in order.
+    #[derive(Clone, Copy, Debug)]
+    enum Call {
+        Alloc { host: usize },
+        Free { host: usize },
+        Wait { event: usize },
+        Copy { host: usize, event: usize },
+    }
+
+    /// Records staging's calls; hosts and events are numbered as they are made.
+    #[derive(Default)]
+    struct Recorder {
+        log: RefCell<Vec<Call>>,
+        made: RefCell<usize>,
+    }
+
+    impl Recorder {
+        fn make(&self) -> usize {
+            let mut made = self.made.borrow_mut();
+            *made += 1;
+            *made
+        }
+    }
+
+    struct Host<'r>(usize, &'r Recorder);
+    impl Drop for Host<'_> {
+        fn drop(&mut self) {
+            self.1.log.borrow_mut().push(Call::Free { host: self.0 });
+        }
+    }
+
+    struct Event<'r>(usize, &'r Recorder);
+    impl CopyEvent for Event<'_> {
+        fn wait(&self) -> Result<()> {
+            self.1.log.borrow_mut().push(Call::Wait { event: self.0 });
+            Ok(())
+        }
+    }
+
+    impl<'r> Pinning for &'r Recorder {
+        type Host = Host<'r>;
+        type Event = Event<'r>;
+        fn alloc(&self, _bytes: usize) -> Result<Host<'r>> {
+            let host = self.make();
+            self.log.borrow_mut().push(Call::Alloc { host });
+            Ok(Host(host, self))
+        }
+        fn event(&self) -> Result<Event<'r>> {
+            Ok(Event(self.make(), self))
+        }
+        fn copy(&self, host: &mut Host<'r>, _: &[u8], _: CUdeviceptr, event: &Event<'r>) -> Result<()> {
+            self.log.borrow_mut().push(Call::Copy { host: host.0, event: event.0 });
+            Ok(())
+        }
+    }
+
+    /// Replays a log against the two rules of page-locked staging: host memory is refilled or
+    /// freed only after a wait on the event of the copy that last read it, and no wait is on an
+    /// event no copy recorded (it would wait for nothing).
+    fn check_staging(log: &[Call]) -> std::result::Result<(), String> {
+        let mut recorded = HashSet::new();
+        // Each host whose copy may still be queued, with that copy's event.
+        let mut pending = HashMap::new();
+        for (at, call) in log.iter().enumerate() {
+            match *call {
+                Call::Alloc { .. } => {}
+                Call::Wait { event } if !recorded.contains(&event) => {
+                    return Err(format!("call {at}: waits on event {event}, which no copy recorded"));
+                }
+                Call::Wait { event } => pending.retain(|_, e| *e != event),
+                Call::Copy { host, .. } | Call::Free { host } if pending.contains_key(&host) => {
+                    return Err(format!("call {at}: {call:?} while host {host}'s last copy may be queued"));
+                }
+                Call::Copy { host, event } => {
+                    recorded.insert(event);
+                    pending.insert(host, event);
+                }
+                Call::Free { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The staging ring through its first round, a write larger than any before (its slot
+    /// grows, freeing the old memory), a second round, and the backend's drop: each host is
+    /// refilled or freed only after its last copy has run, and no wait is on an unrecorded
+    /// event. Staging as it was (the grown slot's memory freed at once, then a wait on the new
+    /// slot's unrecorded event) breaks both.
+    #[test]
+    fn staging_waits_on_a_slots_copy_before_reusing_or_freeing_it() {
+        let recorder = Recorder::default();
+        let mut staging = Staging::default();
+        let sizes = [[100; STAGING_SLOTS], [10_000, 100, 100, 100, 100, 100, 100, 100]];
+        for (round, bytes) in sizes.iter().flatten().enumerate() {
+            staging.write(&&recorder, 0x1000, &vec![0u8; *bytes]).unwrap();
+            check_staging(&recorder.log.borrow()).unwrap_or_else(|e| panic!("write {round}: {e}"));
+        }
+        drop(staging);
+        let log = recorder.log.into_inner();
+        check_staging(&log).unwrap_or_else(|e| panic!("after the drop: {e}"));
+        // The test means something only if a slot grew; every host is freed in the end.
+        let hosts = |alloc: bool| -> Vec<usize> {
+            let host = |c: &Call| match *c {
+                Call::Alloc { host } if alloc => Some(host),
+                Call::Free { host } if !alloc => Some(host),
+                _ => None,
+            };
+            let mut hosts: Vec<_> = log.iter().filter_map(host).collect();
+            hosts.sort_unstable();
+            hosts
+        };
+        assert_eq!(hosts(true).len(), STAGING_SLOTS + 1, "{log:?}");
+        assert_eq!(hosts(true), hosts(false), "{log:?}");
+    }
+
+    /// Lent memory and streams of another context are refused by their context's handle, with
+    /// the typed error (the handles here are stand-ins: only their identity is compared).
+    #[test]
+    fn another_contexts_memory_is_refused() {
+        let (ours, theirs) = (0x10 as CUcontext, 0x20 as CUcontext);
+        assert_eq!(same_context("the view's memory", ours, ours), Ok(()));
+        assert_eq!(
+            same_context("the view's memory", theirs, ours),
+            Err(Error::OtherContext { what: "the view's memory" })
+        );
+        assert!(matches!(same_context("the stream", std::ptr::null_mut(), ours), Err(Error::OtherContext { .. })));
+    }
+
+    /// A raw address must be able to hold its elements: not null, aligned to the element type,
+    /// its length within the address space.
+    #[test]
+    fn raw_addresses_are_checked() {
+        assert_eq!(check_raw::<f32>(0x7f00_0000_0100, 151_936), Ok(()));
+        assert_eq!(check_raw::<f64>(0x7f00_0000_0108, 1), Ok(()));
+        let problem = |r: Result<()>| match r {
+            Err(Error::RawMemory { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(problem(check_raw::<u32>(0, 4)), "null");
+        assert_eq!(problem(check_raw::<u32>(0x1002, 4)), "not aligned to its element type");
+        assert_eq!(problem(check_raw::<f64>(0x1004, 4)), "not aligned to its element type");
+        assert!(problem(check_raw::<u32>(u64::MAX - 7, 4)).contains("address space"));
+        assert!(problem(check_raw::<u64>(0x1000, usize::MAX / 4)).contains("address space"));
+    }
 
     /// A driver older than the oldest ISA is refused by name; the fleets' drivers are not.
     #[test]

@@ -612,7 +612,7 @@ impl Backend for WgpuBackend {
         });
         Ok(WgpuBuffer { buffer, offset: 0, len, _elem: PhantomData })
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
         // wgpu writes whole words: only a write of an odd number of 16-bit values is copied
         // (and padded), so the per-step writes of row records and row lists allocate nothing here.
         let bytes = bytemuck::cast_slice::<T, u8>(data);
