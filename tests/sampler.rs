@@ -494,9 +494,9 @@ fn step_into_an_engines_encoder(b: &sampling_kernels::WgpuBackend) {
     queue.submit([encoder.finish()]);
     for (((shape, _, rows), want), o) in steps.iter().zip(&want).zip(&recorded) {
         let got = download(o);
-        for r in 0..shape.batch {
+        for (r, row) in rows.iter().enumerate() {
             let (g, w) = ((got.0[r], got.1[r], got.2[r].to_bits()), (want.0[r], want.1[r], want.2[r].to_bits()));
-            assert_eq!(g, w, "row {r} of {shape:?} ({:?}): (token, status, log-probability bits)", rows[r]);
+            assert_eq!(g, w, "row {r} of {shape:?} ({row:?}): (token, status, log-probability bits)");
         }
     }
 }
