@@ -135,8 +135,8 @@ impl<P: Deref<Target = WgpuBackend>> Sampler<P, WgpuBackend> {
     /// [`Sampler::step`], recorded into an engine's command encoder instead of submitted: after
     /// the work the engine recorded before it (the pass that wrote the logits), before the work
     /// it records after (a pass that reads the tokens). The engine submits the encoder on the
-    /// backend's queue; nothing here submits, waits or reads back, and once warm nothing is
-    /// allocated that a submitting step would not allocate.
+    /// backend's queue; nothing here submits, waits or reads back, and once warm it allocates
+    /// nothing of its own (its wgpu calls are `step`'s, less the encoder, `finish` and `submit`).
     ///
     /// The contract:
     /// - `encoder` is from the backend's device (the engine's, given to
