@@ -860,7 +860,7 @@ mod tests {
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
             b.seeded_from_logits(shape, logits, &rows, out!()).unwrap();
             b.sample(shape, logits, &rows, out!()).unwrap();
-            crate::backend::sample_rows(&b, shape, logits, &rows, out!(), Some(listed)).unwrap();
+            b.run(crate::backend::sample_job(shape, logits, &rows, out!(), Some(listed)).unwrap()).unwrap();
             b.sample_filtered(shape, Input::Logits(logits), &rows, out!()).unwrap();
             b.mask_logits(shape, logits, &rows, &mut dense).unwrap();
             b.read_rows(shape, logits, &mut vec![0.0; 2]).unwrap();

@@ -188,25 +188,24 @@ impl<B: Backend + ?Sized> Clone for RowLists<'_, B> {
 
 impl<B: Backend + ?Sized> Copy for RowLists<'_, B> {}
 
-/// [`Backend::sample`], the seeded and filter launches visiting only the rows `listed` where the
-/// caller knows them on the host ([`crate::Sampler::step`]).
-pub(crate) fn sample_rows<B: Backend + ?Sized>(
-    b: &B,
+/// [`Backend::sample`]'s job, checked, the seeded and filter launches visiting only the rows
+/// `listed` where the caller knows them on the host ([`crate::Sampler::step`]).
+pub(crate) fn sample_job<'a, B: Backend + ?Sized>(
     shape: Shape,
-    logits: Logits<'_, B>,
-    rows: &B::Buffer<RowParams>,
-    out: Output<'_, B>,
-    listed: Option<RowLists<'_, B>>,
-) -> Result<()> {
+    logits: Logits<'a, B>,
+    rows: &'a B::Buffer<RowParams>,
+    out: Output<'a, B>,
+    listed: Option<RowLists<'a, B>>,
+) -> Result<Job<'a, B>> {
     check_filter_shape(shape)?;
     check_rows::<B>(shape, logits.len(), rows)?;
     check_output(shape, &out)?;
     if let Some(l) = listed {
-        for (list, count) in [l.seeded, l.filtered] {
+        for (list, count) in [l.seeded, l.filtered, l.off_path] {
             need("row list", B::len(list), count)?;
         }
     }
-    b.run(Job::Sample { shape, logits, rows, out, listed })
+    Ok(Job::Sample { shape, logits, rows, out, listed })
 }
 
 /// `write` must fit: the data may be shorter than the buffer, never longer.
@@ -414,7 +413,7 @@ pub trait Backend: Sealed {
         rows: &Self::Buffer<RowParams>,
         out: Output<'_, Self>,
     ) -> Result<()> {
-        sample_rows(self, shape, logits, rows, out, None)
+        self.run(sample_job(shape, logits, rows, out, None)?)
     }
 
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],
