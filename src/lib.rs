@@ -36,6 +36,7 @@ pub mod kernels;
 pub mod reference;
 pub mod sampler;
 pub mod sglang;
+pub mod stage;
 pub mod types;
 
 pub use backend::cpu::CpuBackend;
@@ -50,6 +51,7 @@ pub use backend::{Backend, Diagnostics, Input, LogProbs, Logits, Output, RowList
 pub use cudarc;
 pub use error::{Error, Result};
 pub use sampler::Sampler;
+pub use stage::{Definitions, LogitsStage, RepetitionScope, StageRow};
 pub use types::{
     Element, Filters, Order as FilterOrder, RowMode, RowParams, SeededHash, Shape, GREEDY_EPS, RANK_CAP,
     STATUS_UNRANKED,

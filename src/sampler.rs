@@ -7,6 +7,7 @@
 use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::sglang::NormalizedParams;
+use crate::stage::LogitsStage;
 use crate::types::{RowMode, RowParams, Shape};
 use std::ops::Deref;
 
@@ -31,6 +32,9 @@ pub struct Sampler<P: Deref<Target = B>, B: Backend = <P as Deref>::Target> {
     seeded: Vec<u32>,
     seeded_rows: B::Buffer<u32>,
     capacity: usize,
+    /// The logits after a call's stage ([`step_staged`](Self::step_staged)), made by the first
+    /// call that needs one and grown only for a larger shape.
+    staged: Option<B::Buffer<f32>>,
 }
 
 impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
@@ -50,6 +54,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             seeded,
             seeded_rows,
             capacity: max_batch,
+            staged: None,
         })
     }
 
@@ -104,6 +109,42 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             top_p_cut: self.filtered.iter().any(|&r| rows[r as usize].may_take_cut(shape.vocab)),
         };
         sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
+    }
+}
+
+impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
+    /// [`step`](Self::step) after the call's logits stage: each row's logits are changed as
+    /// `stage` says (penalties, logit bias, banned tokens, the allowed-token bitmask, NaN as
+    /// -1e5; see [`crate::reference::stage`]) and then sampled as `rows` ask. A row whose
+    /// bitmask allows nothing samples nothing: token 0, status 0. A stage that changes nothing
+    /// is a plain `step`.
+    ///
+    /// The CPU backend applies the stage; the wgpu and CUDA backends' kernels do not read it
+    /// yet, so they refuse a stage that changes anything with [`Error::UnsupportedStage`],
+    /// naming what it asks for, before anything is launched.
+    pub fn step_staged(
+        &mut self,
+        shape: Shape,
+        logits: Logits<'_, B>,
+        rows: &[RowParams],
+        stage: &LogitsStage<'_, B>,
+        out: Output<'_, B>,
+    ) -> Result<()> {
+        shape.validate()?;
+        stage.validate(shape)?;
+        if stage.first_feature().is_none() {
+            return self.step(shape, logits, rows, out);
+        }
+        let mut staged = match self.staged.take() {
+            Some(s) if B::len(&s) >= shape.elements() => s,
+            _ => self.backend.zeros::<f32>(shape.elements())?,
+        };
+        let result = self
+            .backend
+            .apply_stage(shape, logits, stage, &mut staged)
+            .and_then(|()| self.step(shape, Logits::F32(&staged), rows, out));
+        self.staged = Some(staged);
+        result
     }
 }
 
