@@ -51,7 +51,7 @@ pub enum Error {
         /// The missing device feature.
         feature: &'static str,
     },
-    /// A call carries a logits stage ([`crate::stage::LogitsStage`]) that this backend's
+    /// A call carries a logits stage ([`crate::LogitsStage`]) that this backend's
     /// kernels do not apply yet (the CPU backend does); nothing was launched, so no stage input
     /// is ever ignored.
     #[error("this backend's kernels do not apply the logits stage's {feature} yet; nothing was launched")]

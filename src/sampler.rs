@@ -4,10 +4,10 @@
 //! kernel over the filtered rows), the row records' device buffers made once and rewritten in
 //! place.
 
+use crate::backend::stage::LogitsStage;
 use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::sglang::NormalizedParams;
-use crate::stage::LogitsStage;
 use crate::types::{RowMode, RowParams, Shape};
 use std::ops::Deref;
 

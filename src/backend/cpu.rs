@@ -1,13 +1,13 @@
 //! The CPU backend: plain Rust in float64, written for obviousness, not speed. It is the oracle
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
+use crate::backend::stage::LogitsStage;
 use crate::backend::{need, Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
 use crate::reference::filters::{self, clean_probs};
 use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in, seeded_ranked_in};
 use crate::reference::softmax::{log32, sglang_logprobs, softmax, softmax_f32};
 use crate::reference::{self, murmur, philox};
-use crate::stage::LogitsStage;
 use crate::types::{Element, RowMode, RowParams, Shape, STATUS_UNRANKED};
 
 /// Runs every kernel on the host, one row after another.

@@ -13,6 +13,7 @@ mod job;
 mod launch;
 #[cfg(feature = "cuda")]
 pub mod ptx_isa;
+pub mod stage;
 pub mod timing;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
@@ -309,7 +310,7 @@ pub trait Backend: Sealed {
         &self,
         shape: Shape,
         logits: Logits<'_, Self>,
-        stage: &crate::stage::LogitsStage<'_, Self>,
+        stage: &stage::LogitsStage<'_, Self>,
         staged: &mut Self::Buffer<f32>,
     ) -> Result<()> {
         let _ = (shape, logits, staged);

@@ -3,7 +3,7 @@
 //! each in its engine's order and float32 arithmetic, since both engines run it as float32 torch
 //! ops. docs/logits-stage.md gives the order and each formula with the engines' files.
 
-use crate::stage::{Definitions, RepetitionScope, StageRow};
+use crate::types::{Definitions, RepetitionScope, StageRow};
 
 /// SGLang's replacement for a NaN logit under `--enable-nan-detection`.
 pub const NAN_AS: f32 = -1e5;
