@@ -236,3 +236,26 @@ fn wgpu_refuses_the_stage() {
         assert_eq!(b.download(&t).unwrap(), [0, 0]);
     });
 }
+
+/// SGLang's frequency accumulator taken a binade at a time gives what adding `f` `n` times gives,
+/// for steps that round up, down and to even (0.5 and 1.5 at sums past 2^24), tiny, negative
+/// and large penalties; and a count of 2^40 returns at once.
+#[test]
+fn running_sum_is_the_loop() {
+    use sampling_kernels::reference::stage::running_sum;
+    let mut rng = common::Rng::new(52);
+    // 0.5 and 1.5 tie from 2^23 on (their last bit is half the sum's ulp): 2^24 additions.
+    let mut fs = vec![(0.5f32, 1 << 24), (1.5, 1 << 24), (-0.7, 1 << 22), (1e-45, 1000), (f32::MAX / 4.0, 10)];
+    fs.extend((0..30).map(|_| (((rng.unit() - 0.5) * 4.0) as f32, 100_000)));
+    for (f, most) in fs {
+        let (mut sum, mut n) = (0f32, 0u64);
+        for target in [1u64, 2, 3, 7, 100, 4097, 100_000, 1 << 22, 1 << 24].into_iter().filter(|&t| t <= most) {
+            while n < target {
+                sum += f;
+                n += 1;
+            }
+            assert_eq!(running_sum(f, n).to_bits(), sum.to_bits(), "f = {f:e}, n = {n}");
+        }
+    }
+    assert!(running_sum(1e-3, 1 << 40).is_finite());
+}

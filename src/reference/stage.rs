@@ -68,6 +68,45 @@ pub fn allowed(mask: Option<&[u32]>, j: usize) -> bool {
     mask.is_none_or(|m| m.get(j / 32).is_some_and(|w| w >> (j % 32) & 1 == 1))
 }
 
+/// `f` added `n` times to a float32 zero, one rounding per addition: SGLang's frequency
+/// accumulator (`scatter_add_` once per generated token), which is not `f * n`.
+///
+/// Taken a binade at a time, so a huge `n` cannot hang: while the sum stays inside one binade the
+/// grid it rounds to is fixed, so every addition adds the same amount once two in a row inside it
+/// have (an exact tie to even settles after one addition), and the rest are taken at once.
+pub fn running_sum(f: f32, n: u64) -> f32 {
+    if f < 0.0 {
+        return -running_sum(-f, n);
+    }
+    let binade = |x: f32| x.to_bits() >> 23;
+    let (mut sum, mut left) = (0f32, n);
+    let (mut last, mut before) = (f32::NAN, 0f32);
+    while left > 0 {
+        let next = sum + f;
+        let step = next - sum;
+        left -= 1;
+        if step == 0.0 || !next.is_finite() {
+            return next;
+        }
+        if step == last && binade(before) == binade(next) {
+            // The binade's top, and how many more steps of `step` keep the sum and its
+            // result two ulps below it (f64 holds these float32 sums exactly).
+            let ulp = (f32::from_bits(next.to_bits() + 1) - next) as f64;
+            let top = 2f64.powi(next.to_bits() as i32 >> 23) * 2f64.powi(-126);
+            let top = if next.to_bits() >> 23 == 0 { 2f64.powi(-126) } else { top };
+            let room = (top - 2.0 * ulp - f as f64 - next as f64) / step as f64;
+            let jump = (room.floor() as i64 - 1).clamp(0, left as i64) as u64;
+            sum = (next as f64 + jump as f64 * step as f64) as f32;
+            left -= jump;
+            last = f32::NAN;
+            continue;
+        }
+        (last, before) = (step, sum);
+        sum = next;
+    }
+    sum
+}
+
 /// The repetition penalty `r` on one logit: a positive one divided, otherwise multiplied (vLLM's
 /// CUDA kernel and SGLang's `apply_scaling_penalties` agree, zero and NaN included).
 fn repetition(x: f32, r: f32) -> f32 {
@@ -126,11 +165,7 @@ pub fn apply(logits: &mut [f32], stage: &RowStage) {
             Definitions::Sglang => {
                 let mut additive = 0f32;
                 if count[j] > 0 {
-                    let mut frequency = 0f32;
-                    for _ in 0..count[j] {
-                        frequency += p.frequency();
-                    }
-                    additive = -frequency - p.presence();
+                    additive = -running_sum(p.frequency(), count[j]) - p.presence();
                 }
                 if banned[j] {
                     additive = f32::NEG_INFINITY;
