@@ -211,30 +211,39 @@ fn stage_inputs_are_checked() {
     assert!(matches!(err, Error::BufferTooShort { len: 3, need: 4, .. }), "{err}");
 }
 
-/// The wgpu backend's kernels do not read the stage yet: a call that changes the logits is
+/// The device backends' kernels do not read the stage yet: a call that changes the logits is
 /// refused naming what it asks for, never sampled as if the stage were not there; a stage that
 /// changes nothing is a plain step.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn refuses_the_stage<B: Backend>(b: &B) {
+    let shape = Shape::dense(2, 40);
+    let x = b.upload(&[0.5f32; 80]).unwrap();
+    let mut t = b.zeros::<u32>(2).unwrap();
+    let mut sampler = Sampler::new(b, 2).unwrap();
+    let rows = [RowParams::greedy(); 2];
+    let penalised = [StageRow::vllm(), StageRow::sglang().with_frequency(0.5)];
+    let stage = LogitsStage::new(&penalised);
+    let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStage { feature: "frequency penalty" }), "{err}");
+    let plain = [StageRow::vllm(); 2];
+    let mask = b.upload(&[u32::MAX; 4]).unwrap();
+    let stage = LogitsStage::new(&plain).with_allowed(&mask);
+    let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStage { feature: "allowed-token bitmask" }), "{err}");
+    sampler.step_staged(shape, Logits::F32(&x), &rows, &LogitsStage::new(&plain), Output::new(&mut t)).unwrap();
+    assert_eq!(b.download(&t).unwrap(), [0, 0]);
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_refuses_the_stage() {
-    common::on("wgpu", "wgpu_refuses_the_stage", common::wgpu(), |b| {
-        let shape = Shape::dense(2, 40);
-        let x = b.upload(&[0.5f32; 80]).unwrap();
-        let mut t = b.zeros::<u32>(2).unwrap();
-        let mut sampler = Sampler::new(b, 2).unwrap();
-        let rows = [RowParams::greedy(); 2];
-        let penalised = [StageRow::vllm(), StageRow::sglang().with_frequency(0.5)];
-        let stage = LogitsStage::new(&penalised);
-        let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
-        assert!(matches!(err, Error::UnsupportedStage { feature: "frequency penalty" }), "{err}");
-        let plain = [StageRow::vllm(); 2];
-        let mask = b.upload(&[u32::MAX; 4]).unwrap();
-        let stage = LogitsStage::new(&plain).with_allowed(&mask);
-        let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
-        assert!(matches!(err, Error::UnsupportedStage { feature: "allowed-token bitmask" }), "{err}");
-        sampler.step_staged(shape, Logits::F32(&x), &rows, &LogitsStage::new(&plain), Output::new(&mut t)).unwrap();
-        assert_eq!(b.download(&t).unwrap(), [0, 0]);
-    });
+    common::on("wgpu", "wgpu_refuses_the_stage", common::wgpu(), refuses_the_stage);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_refuses_the_stage() {
+    common::on("cuda", "cuda_refuses_the_stage", common::cuda(), refuses_the_stage);
 }
 
 /// SGLang's frequency accumulator taken a binade at a time gives what adding `f` `n` times gives,
