@@ -51,6 +51,14 @@ pub enum Error {
         /// The missing device feature.
         feature: &'static str,
     },
+    /// A call carries a logits stage ([`crate::LogitsStage`]) that this backend's
+    /// kernels do not apply yet (the CPU backend does); nothing was launched, so no stage input
+    /// is ever ignored.
+    #[error("this backend's kernels do not apply the logits stage's {feature} yet; nothing was launched")]
+    UnsupportedStage {
+        /// The first stage input the call gives ("logit bias", "repetition penalty", ...).
+        feature: &'static str,
+    },
     /// The CUDA driver is older than CUDA 12.0 (driver 525), the oldest whose PTX ISA the
     /// kernels are built and checked for; nothing was compiled.
     #[error("the CUDA {driver} driver is older than CUDA 12.0 (driver 525), the oldest the kernels support")]

@@ -4,6 +4,7 @@
 //! kernel over the filtered rows), the row records' device buffers made once and rewritten in
 //! place.
 
+use crate::backend::stage::LogitsStage;
 #[cfg(feature = "wgpu")]
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{sample_job, Backend, Logits, Output, RowLists};
@@ -33,6 +34,9 @@ pub struct Sampler<P: Deref<Target = B>, B: Backend = <P as Deref>::Target> {
     seeded: Vec<u32>,
     seeded_rows: B::Buffer<u32>,
     capacity: usize,
+    /// The logits after a call's stage ([`step_staged`](Self::step_staged)), made by the first
+    /// call that needs one and grown only for a larger shape.
+    staged: Option<B::Buffer<f32>>,
 }
 
 impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
@@ -52,6 +56,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             seeded,
             seeded_rows,
             capacity: max_batch,
+            staged: None,
         })
     }
 
@@ -164,6 +169,42 @@ impl<P: Deref<Target = WgpuBackend>> Sampler<P, WgpuBackend> {
     ) -> Result<()> {
         let top_p_cut = self.write_rows(shape, rows)?;
         self.backend.record(encoder, self.job(shape, logits, out, top_p_cut)?, true)
+    }
+}
+
+impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
+    /// [`step`](Self::step) after the call's logits stage: each row's logits are changed as
+    /// `stage` says (penalties, logit bias, banned tokens, the allowed-token bitmask, NaN as
+    /// -1e5; see [`crate::reference::stage`]) and then sampled as `rows` ask. A row whose
+    /// bitmask allows nothing samples nothing: token 0, status 0. A stage that changes nothing
+    /// is a plain `step`.
+    ///
+    /// The CPU backend applies the stage; the wgpu and CUDA backends' kernels do not read it
+    /// yet, so they refuse a stage that changes anything with [`Error::UnsupportedStage`],
+    /// naming what it asks for, before anything is launched.
+    pub fn step_staged(
+        &mut self,
+        shape: Shape,
+        logits: Logits<'_, B>,
+        rows: &[RowParams],
+        stage: &LogitsStage<'_, B>,
+        out: Output<'_, B>,
+    ) -> Result<()> {
+        shape.validate()?;
+        stage.validate(shape)?;
+        if stage.first_feature().is_none() {
+            return self.step(shape, logits, rows, out);
+        }
+        let mut staged = match self.staged.take() {
+            Some(s) if B::len(&s) >= shape.elements() => s,
+            _ => self.backend.zeros::<f32>(shape.elements())?,
+        };
+        let result = self
+            .backend
+            .apply_stage(shape, logits, stage, &mut staged)
+            .and_then(|()| self.step(shape, Logits::F32(&staged), rows, out));
+        self.staged = Some(staged);
+        result
     }
 }
 

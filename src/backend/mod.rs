@@ -13,6 +13,7 @@ mod job;
 mod launch;
 #[cfg(feature = "cuda")]
 pub mod ptx_isa;
+pub mod stage;
 pub mod timing;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
@@ -40,7 +41,7 @@ impl<B: Backend + ?Sized> Clone for Logits<'_, B> {
 impl<B: Backend + ?Sized> Copy for Logits<'_, B> {}
 
 impl<B: Backend + ?Sized> Logits<'_, B> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Logits::F32(b) => B::len(*b),
             Logits::F16(b) => B::len(*b),
@@ -222,7 +223,7 @@ fn check_items(items: usize, words_each: usize) -> Result<()> {
     Ok(())
 }
 
-fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
+pub(crate) fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
     if len < need {
         return Err(Error::BufferTooShort { name, len, need });
     }
@@ -298,6 +299,21 @@ pub trait Backend: Sealed {
     fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
         let _ = filtered;
         None
+    }
+    /// Writes `logits` after the call's logits stage into `staged` (float32, `shape`'s layout),
+    /// for [`crate::Sampler::step_staged`]; the stage must have been validated for `shape`.
+    /// Only the CPU backend has it: the device backends' kernels do not read the stage yet, so
+    /// they refuse it, naming what it asks for.
+    #[doc(hidden)]
+    fn apply_stage(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        stage: &stage::LogitsStage<'_, Self>,
+        staged: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        let _ = (shape, logits, staged);
+        Err(Error::UnsupportedStage { feature: stage.first_feature().unwrap_or("logits stage") })
     }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
