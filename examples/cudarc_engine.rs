@@ -62,9 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The tokens go into the engine's own slice, at an offset, in place.
     let mut engine_tokens = stream.alloc_zeros::<u32>(64)?;
     let mut at = engine_tokens.slice_mut(16..16 + shape.batch);
-    let mut tokens = sampler.alias_mut(&mut at);
+    let mut tokens = sampler.alias_mut(&mut at)?;
     let mut logprobs = sampler.zeros::<f32>(shape.batch)?;
-    let out = Output::new(&mut *tokens).with_logprobs(&mut logprobs);
+    let out = Output::aliased(&mut tokens).with_logprobs(&mut logprobs);
     sampler.race_from_logits(shape, Logits::F32(&logits), &rows, out)?;
     let (tokens, logprobs) = (sampler.download(&tokens)?, sampler.download(&logprobs)?);
 

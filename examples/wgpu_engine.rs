@@ -1,10 +1,12 @@
 //! An engine that owns its wgpu device: its own compute pass writes the logits into its own
-//! buffer, and the sampler reads that buffer where it is (no copy), on the engine's queue.
+//! buffer, and the sampler reads that buffer where it is (no copy). The sampler's launches are
+//! recorded into the engine's command encoder after that pass (`Sampler::step_into`), and the
+//! engine submits both at once: no submit of the sampler's own, no wait between them.
 //!
 //! `cargo run --release --example wgpu_engine` (on lavapipe without a GPU:
 //! `apt-get install -y mesa-vulkan-drivers`)
 
-use sampling_kernels::{wgpu, Backend, CpuBackend, Logits, Output, RowParams, Shape, WgpuBackend, WgpuBuffer};
+use sampling_kernels::{wgpu, Backend, CpuBackend, Logits, Output, RowParams, Sampler, Shape, WgpuBackend, WgpuBuffer};
 
 /// A padded vocabulary, as models have: rows are `STRIDE` apart, only `VOCAB` columns are tokens.
 const BATCH: u32 = 4;
@@ -67,6 +69,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         layout: &pipeline.get_bind_group_layout(0),
         entries: &[wgpu::BindGroupEntry { binding: 0, resource: logits.as_entire_binding() }],
     });
+    // Made once, at start: the backend on the engine's device and queue, a sampler with its row
+    // buffers, the token and log-probability buffers (reused every step).
+    let backend = WgpuBackend::from_device(device.clone(), queue.clone(), adapter.get_info());
+    let mut sampler = Sampler::new(&backend, BATCH as usize)?;
+    let mut tokens = backend.zeros::<u32>(BATCH as usize)?;
+    let mut logprobs = backend.zeros::<f32>(BATCH as usize)?;
+
+    // One decode step: the engine's pass, then the sampler's launches, in one encoder, one submit.
+    let shape = Shape { batch: BATCH as usize, vocab: VOCAB as usize, stride: STRIDE as usize };
+    let params =
+        [RowParams::new(1.0, 42, 0), RowParams::new(0.7, 7, 3), RowParams::new(1.5, 9, 0), RowParams::greedy()];
+    let logits = WgpuBuffer::<f32>::from_raw(logits, elements)?;
     let mut encoder = device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -74,29 +88,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups((elements as u32).div_ceil(64), 1, 1);
     }
-    queue.submit([encoder.finish()]);
-
-    // The sampler shares the device and queue, so its launch runs after the pass above without
-    // any wait on the host. Parameter and token buffers would be made once and reused per step.
-    let sampler = WgpuBackend::from_device(device.clone(), queue.clone(), adapter.get_info());
-    let logits = WgpuBuffer::<f32>::from_raw(logits, elements)?;
-    let shape = Shape { batch: BATCH as usize, vocab: VOCAB as usize, stride: STRIDE as usize };
-    let params =
-        [RowParams::new(1.0, 42, 0), RowParams::new(0.7, 7, 3), RowParams::new(1.5, 9, 0), RowParams::greedy()];
-    let rows = sampler.upload(&params)?;
-    let mut tokens = sampler.zeros::<u32>(shape.batch)?;
-    let mut logprobs = sampler.zeros::<f32>(shape.batch)?;
     let out = Output::new(&mut tokens).with_logprobs(&mut logprobs);
-    sampler.race_from_logits(shape, Logits::F32(&logits), &rows, out)?;
-    let (tokens, logprobs) = (sampler.download(&tokens)?, sampler.download(&logprobs)?);
+    sampler.step_into(&mut encoder, shape, Logits::F32(&logits), &params, out)?;
+    // The row records were written with `Queue::write_buffer`, which lands at this submit,
+    // before the encoder's commands: submit before the sampler's next step.
+    queue.submit([encoder.finish()]);
+    let (tokens, logprobs) = (backend.download(&tokens)?, backend.download(&logprobs)?);
 
     // A check for this example only: the CPU oracle on a copy of the same logits. The race's
     // noise is the same on both, so the tokens agree unless two scores tie within float32 rounding.
-    let host = sampler.download(&logits)?;
+    let host = backend.download(&logits)?;
     let mut oracle = vec![0u32; shape.batch];
-    CpuBackend.race_from_logits(shape, Logits::F32(&host), &params.to_vec(), Output::new(&mut oracle))?;
+    Sampler::new(&CpuBackend, shape.batch)?.step(shape, Logits::F32(&host), &params, Output::new(&mut oracle))?;
 
-    println!("backend: {}", sampler.describe());
+    println!("backend: {}", backend.describe());
     for (r, p) in params.iter().enumerate() {
         println!(
             "row {r}: temperature {:<4} seed {:<3} offset {} -> token {:>3} (log-probability {:.4}; CPU oracle: {})",

@@ -51,14 +51,20 @@ pub enum Error {
         /// The missing device feature.
         feature: &'static str,
     },
-    /// The CUDA driver is older than the NVRTC found, so it would refuse the PTX NVRTC makes
-    /// (a driver loads PTX from its own CUDA version or older); nothing was compiled.
-    #[error("NVRTC {nvrtc} makes PTX that the CUDA {driver} driver refuses: put an NVRTC of CUDA {driver} or older first on the library path")]
-    CudaVersions {
+    /// A call carries a logits stage ([`crate::LogitsStage`]) that this backend's
+    /// kernels do not apply yet (the CPU backend does); nothing was launched, so no stage input
+    /// is ever ignored.
+    #[error("this backend's kernels do not apply the logits stage's {feature} yet; nothing was launched")]
+    UnsupportedStage {
+        /// The first stage input the call gives ("logit bias", "repetition penalty", ...).
+        feature: &'static str,
+    },
+    /// The CUDA driver is older than CUDA 12.0 (driver 525), the oldest whose PTX ISA the
+    /// kernels are built and checked for; nothing was compiled.
+    #[error("the CUDA {driver} driver is older than CUDA 12.0 (driver 525), the oldest the kernels support")]
+    CudaDriverTooOld {
         /// The driver's CUDA version, as `major.minor`.
         driver: String,
-        /// NVRTC's version, as `major.minor`.
-        nvrtc: String,
     },
     /// A launch and its generated kernel disagree on a buffer: `cargo xtask gen` changed what a
     /// kernel binds and the host's launch plan was not changed with it (a build defect).
@@ -69,6 +75,23 @@ pub enum Error {
         /// The buffer's name in the kernel's IR.
         binding: &'static str,
         /// How they disagree.
+        problem: &'static str,
+    },
+    /// Memory or a stream lent to the CUDA backend (an alias's view, a raw stream) belongs to
+    /// another CUDA context than the backend's, where its address names nothing, or another
+    /// allocation; nothing was lent.
+    #[error("{what} belongs to another CUDA context than the backend's")]
+    OtherContext {
+        /// What was lent.
+        what: &'static str,
+    },
+    /// A raw device address lent to the CUDA backend cannot hold the elements it is said to:
+    /// nothing was lent.
+    #[error("device address {address:#x}: {problem}")]
+    RawMemory {
+        /// The address given.
+        address: u64,
+        /// What is wrong with it (null, misaligned, its length runs past the address space).
         problem: &'static str,
     },
     /// The device, driver or compiler reported an error.

@@ -5,6 +5,7 @@
 use crate::kernels::KernelSource;
 
 /// Invocations per workgroup in every WGSL shader.
+#[cfg(feature = "wgpu")]
 pub const WGPU_BLOCK: u32 = 256;
 /// Threads per block on compute capability 7.x and 8.x (tuned for the T4).
 pub const CUDA_BLOCK_SM75: u32 = 256;

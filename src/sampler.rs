@@ -4,7 +4,10 @@
 //! kernel over the filtered rows), the row records' device buffers made once and rewritten in
 //! place.
 
-use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
+use crate::backend::stage::LogitsStage;
+#[cfg(feature = "wgpu")]
+use crate::backend::wgpu::WgpuBackend;
+use crate::backend::{sample_job, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::sglang::NormalizedParams;
 use crate::types::{RowMode, RowParams, Shape};
@@ -31,6 +34,9 @@ pub struct Sampler<P: Deref<Target = B>, B: Backend = <P as Deref>::Target> {
     seeded: Vec<u32>,
     seeded_rows: B::Buffer<u32>,
     capacity: usize,
+    /// The logits after a call's stage ([`step_staged`](Self::step_staged)), made by the first
+    /// call that needs one and grown only for a larger shape.
+    staged: Option<B::Buffer<f32>>,
 }
 
 impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
@@ -50,6 +56,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             seeded,
             seeded_rows,
             capacity: max_batch,
+            staged: None,
         })
     }
 
@@ -61,7 +68,17 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     /// their rows only, and not at all when there are none: a batch of plain and greedy rows is
     /// one launch, and a top-p or seeded request in a batch costs its own row's launches, not a
     /// launch over the batch.
+    ///
+    /// On wgpu this records the launches into an encoder of the backend's own and submits it;
+    /// [`Sampler::step_into`] records them into an engine's encoder instead.
     pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
+        let top_p_cut = self.write_rows(shape, rows)?;
+        self.backend.run(self.job(shape, logits, out, top_p_cut)?)
+    }
+
+    /// Checks a step's row records and writes them, and the row lists they make, to the
+    /// device; returns whether a listed row may take the top-p cut.
+    fn write_rows(&mut self, shape: Shape, rows: &[RowParams]) -> Result<bool> {
         if rows.len() != shape.batch {
             return Err(Error::Shape(format!("{} row records for a batch of {}", rows.len(), shape.batch)));
         }
@@ -97,13 +114,97 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         pick(&mut self.filtered, &mut self.filtered_rows, &|r| r.has_filters() && !off_path(r))?;
         pick(&mut self.off_path, &mut self.off_path_rows, &off_path)?;
         pick(&mut self.seeded, &mut self.seeded_rows, &|r| r.mode() == RowMode::Seeded)?;
+        Ok(self.filtered.iter().any(|&r| rows[r as usize].may_take_cut(shape.vocab)))
+    }
+
+    /// The checked job of a step whose rows [`Sampler::write_rows`] wrote.
+    fn job<'a>(
+        &'a self,
+        shape: Shape,
+        logits: Logits<'a, B>,
+        out: Output<'a, B>,
+        top_p_cut: bool,
+    ) -> Result<crate::backend::Job<'a, B>> {
         let listed = RowLists {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
             off_path: (&self.off_path_rows, self.off_path.len()),
-            top_p_cut: self.filtered.iter().any(|&r| rows[r as usize].may_take_cut(shape.vocab)),
+            top_p_cut,
         };
-        sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
+        sample_job(shape, logits, &self.rows, out, Some(listed))
+    }
+}
+
+#[cfg(feature = "wgpu")]
+impl<P: Deref<Target = WgpuBackend>> Sampler<P, WgpuBackend> {
+    /// [`Sampler::step`], recorded into an engine's command encoder instead of submitted: after
+    /// the work the engine recorded before it (the pass that wrote the logits), before the work
+    /// it records after (a pass that reads the tokens). The engine submits the encoder on the
+    /// backend's queue; nothing here submits, waits or reads back, and once warm it allocates
+    /// nothing of its own (its wgpu calls are `step`'s, less the encoder, `finish` and `submit`).
+    ///
+    /// The contract:
+    /// - `encoder` is from the backend's device (the engine's, given to
+    ///   [`WgpuBackend::from_device`]), and is submitted on its queue.
+    /// - The row records and row lists are written with `Queue::write_buffer`, which wgpu
+    ///   applies at the start of the queue's next submit, before that submit's command buffers.
+    ///   So submit the encoder before this sampler's next step (`step` or `step_into`): a second
+    ///   step recorded first overwrites the first's records before either runs. Two samplers may
+    ///   be recorded into one encoder (one per step in flight).
+    /// - Everything else the launches read is the engine's buffers or made inside the encoder
+    ///   (the launch parameters are copied in by a command before the passes; the scratch is
+    ///   only written by the passes), so other calls on the same backend, recorded or submitted
+    ///   meanwhile, do not disturb the recorded step.
+    /// - An error (bad shape or rows, a missing feature) is returned before anything is
+    ///   recorded, leaving the encoder as it was; an encoder dropped unsubmitted ran nothing.
+    /// - It cannot run inside [`WgpuBackend::time_launches`], which reads the clock before the
+    ///   engine submits (an error there).
+    pub fn step_into(
+        &mut self,
+        encoder: &mut ::wgpu::CommandEncoder,
+        shape: Shape,
+        logits: Logits<'_, WgpuBackend>,
+        rows: &[RowParams],
+        out: Output<'_, WgpuBackend>,
+    ) -> Result<()> {
+        let top_p_cut = self.write_rows(shape, rows)?;
+        self.backend.record(encoder, self.job(shape, logits, out, top_p_cut)?, true)
+    }
+}
+
+impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
+    /// [`step`](Self::step) after the call's logits stage: each row's logits are changed as
+    /// `stage` says (penalties, logit bias, banned tokens, the allowed-token bitmask, NaN as
+    /// -1e5; see [`crate::reference::stage`]) and then sampled as `rows` ask. A row whose
+    /// bitmask allows nothing samples nothing: token 0, status 0. A stage that changes nothing
+    /// is a plain `step`.
+    ///
+    /// The CPU backend applies the stage; the wgpu and CUDA backends' kernels do not read it
+    /// yet, so they refuse a stage that changes anything with [`Error::UnsupportedStage`],
+    /// naming what it asks for, before anything is launched.
+    pub fn step_staged(
+        &mut self,
+        shape: Shape,
+        logits: Logits<'_, B>,
+        rows: &[RowParams],
+        stage: &LogitsStage<'_, B>,
+        out: Output<'_, B>,
+    ) -> Result<()> {
+        shape.validate()?;
+        stage.validate(shape)?;
+        if stage.first_feature().is_none() {
+            return self.step(shape, logits, rows, out);
+        }
+        let mut staged = match self.staged.take() {
+            Some(s) if B::len(&s) >= shape.elements() => s,
+            _ => self.backend.zeros::<f32>(shape.elements())?,
+        };
+        let result = self
+            .backend
+            .apply_stage(shape, logits, stage, &mut staged)
+            .and_then(|()| self.step(shape, Logits::F32(&staged), rows, out));
+        self.staged = Some(staged);
+        result
     }
 }
 

@@ -403,3 +403,134 @@ pub const RANK_CAP: usize = crate::generated::RANK_CAP;
 /// [`RANK_CAP`]: a valid token of the set, raced on the vocabulary id's noise, so not SGLang's.
 /// (1: a token was sampled; 0: the row had nothing to sample.)
 pub const STATUS_UNRANKED: u32 = crate::generated::STATUS_UNRANKED;
+
+/// Whose order and float32 arithmetic a row's stage follows (docs/logits-stage.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Definitions {
+    /// vLLM v1: bitmask and bans, logit bias, then repetition, `l - f * count` and
+    /// `l - presence`. The default.
+    #[default]
+    Vllm,
+    /// SGLang: frequency (accumulated a token at a time), presence and min-tokens summed into
+    /// one term and added, repetition, the grammar mask, then logit bias.
+    Sglang,
+}
+
+/// Which tokens the repetition penalty applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RepetitionScope {
+    /// The prompt's and the output's (vLLM's; [`Definitions::Vllm`]'s default).
+    PromptAndOutput,
+    /// The output's only (SGLang's; [`Definitions::Sglang`]'s default).
+    Output,
+}
+
+const FLAG_SGLANG: u32 = 1;
+const FLAG_OUTPUT_ONLY: u32 = 2;
+
+/// One row's penalties and definitions, 16 bytes of plain data; a zeroed record is not neutral
+/// (repetition 0 is refused): make rows with [`StageRow::vllm`] or [`StageRow::sglang`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct StageRow {
+    repetition: f32,
+    frequency: f32,
+    presence: f32,
+    flags: u32,
+}
+
+impl Default for StageRow {
+    fn default() -> Self {
+        Self::vllm()
+    }
+}
+
+impl StageRow {
+    /// No penalties, vLLM's definitions.
+    pub fn vllm() -> Self {
+        StageRow { repetition: 1.0, frequency: 0.0, presence: 0.0, flags: 0 }
+    }
+    /// No penalties, SGLang's definitions (repetition over the output only).
+    pub fn sglang() -> Self {
+        StageRow { flags: FLAG_SGLANG | FLAG_OUTPUT_ONLY, ..Self::vllm() }
+    }
+    /// Divide a positive logit of a repeated token by `penalty`, multiply any other (1: none).
+    pub fn with_repetition(self, penalty: f32) -> Self {
+        StageRow { repetition: penalty, ..self }
+    }
+    /// Subtract `penalty` times the token's output count.
+    pub fn with_frequency(self, penalty: f32) -> Self {
+        StageRow { frequency: penalty, ..self }
+    }
+    /// Subtract `penalty` from every token in the output.
+    pub fn with_presence(self, penalty: f32) -> Self {
+        StageRow { presence: penalty, ..self }
+    }
+    /// Override the definitions' repetition scope.
+    pub fn with_repetition_scope(self, scope: RepetitionScope) -> Self {
+        let flags = match scope {
+            RepetitionScope::PromptAndOutput => self.flags & !FLAG_OUTPUT_ONLY,
+            RepetitionScope::Output => self.flags | FLAG_OUTPUT_ONLY,
+        };
+        StageRow { flags, ..self }
+    }
+    /// The repetition penalty (1: none).
+    pub fn repetition(&self) -> f32 {
+        self.repetition
+    }
+    /// The frequency penalty.
+    pub fn frequency(&self) -> f32 {
+        self.frequency
+    }
+    /// The presence penalty.
+    pub fn presence(&self) -> f32 {
+        self.presence
+    }
+    /// Whose order and arithmetic the row follows.
+    pub fn definitions(&self) -> Definitions {
+        if self.flags & FLAG_SGLANG != 0 {
+            Definitions::Sglang
+        } else {
+            Definitions::Vllm
+        }
+    }
+    /// Which tokens the repetition penalty applies to.
+    pub fn repetition_scope(&self) -> RepetitionScope {
+        if self.flags & FLAG_OUTPUT_ONLY != 0 {
+            RepetitionScope::Output
+        } else {
+            RepetitionScope::PromptAndOutput
+        }
+    }
+    /// The first penalty the row sets, by name.
+    pub(crate) fn penalty(&self) -> Option<&'static str> {
+        [
+            (self.repetition != 1.0, "repetition penalty"),
+            (self.frequency != 0.0, "frequency penalty"),
+            (self.presence != 0.0, "presence penalty"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+    /// Penalties are finite, repetition above 0, and the flags are the builders'.
+    pub(crate) fn validate(&self, row: usize) -> Result<()> {
+        let fail = |field: &'static str, value: f32, rule: &'static str| {
+            Err(Error::Param { row, field, value: value.to_string(), rule })
+        };
+        if !(self.repetition.is_finite() && self.repetition > 0.0) {
+            return fail("repetition_penalty", self.repetition, "must be a finite number above 0 (1: none)");
+        }
+        if !self.frequency.is_finite() {
+            return fail("frequency_penalty", self.frequency, "must be finite");
+        }
+        if !self.presence.is_finite() {
+            return fail("presence_penalty", self.presence, "must be finite");
+        }
+        if self.flags > (FLAG_SGLANG | FLAG_OUTPUT_ONLY) {
+            return fail("flags", self.flags as f32, "unknown definition flags");
+        }
+        Ok(())
+    }
+}

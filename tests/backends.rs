@@ -638,6 +638,15 @@ fn wgpu_time_launches_measures() {
         let nested = b.time_launches(|b| b.time_launches(|_| Ok(())));
         let (_, t) = b.time_launches(|_| Ok(())).unwrap();
         assert_eq!(nested.is_err(), t.clock == sampling_kernels::Clock::Device, "{t:?}");
+        // So is a step recorded into an engine's encoder, which would run after the clock is read.
+        let (x, mut tokens) = (b.upload(&[0f32, 1.0]).unwrap(), b.zeros::<u32>(1).unwrap());
+        let mut sampler = sampling_kernels::Sampler::new(b, 1).unwrap();
+        let mut encoder = b.device().create_command_encoder(&Default::default());
+        let (shape, rows) = (Shape::dense(1, 2), [RowParams::greedy()]);
+        let recorded = b.time_launches(|_| {
+            sampler.step_into(&mut encoder, shape, Logits::F32(&x), &rows, Output::new(&mut tokens))
+        });
+        assert_eq!(recorded.is_err(), t.clock == sampling_kernels::Clock::Device, "{t:?}");
     });
 }
 

@@ -430,6 +430,83 @@ fn wgpu_bindings_stay_within_the_device_limit() {
     });
 }
 
+/// An engine records its own work, then sampling steps, into one command encoder and submits it
+/// once (`Sampler::step_into`). Each row gets exactly what the same step gives when it submits
+/// itself (token, status and log-probability: the same launches on the same device), and the
+/// CPU oracle's token. The engine's work is a copy of the logits into the buffer the sampler
+/// reads, which holds their negation before it, so a step that ran before the engine's work
+/// gives other tokens (checked). Two steps of different shapes, with greedy, Philox, seeded and
+/// filtered rows, recorded into the same encoder, each read their own launch parameters.
+#[cfg(feature = "wgpu")]
+fn step_into_an_engines_encoder(b: &sampling_kernels::WgpuBackend) {
+    use sampling_kernels::{WgpuBackend, WgpuBuffer};
+    let (device, queue) = (b.device(), b.queue());
+    let mut rng = Rng::new(54);
+    let steps: Vec<(Shape, Vec<f32>, Vec<RowParams>)> =
+        [Shape { batch: 14, vocab: 3001, stride: 3008 }, Shape::dense(9, 700)]
+            .into_iter()
+            .map(|shape| {
+                let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.5) as f32).collect();
+                (shape, logits, mixed_rows(&mut rng, shape.batch, 6))
+            })
+            .collect();
+    // A step's outputs: tokens, statuses, log-probabilities.
+    let outputs =
+        |batch| (b.zeros::<u32>(batch).unwrap(), b.zeros::<u32>(batch).unwrap(), b.zeros::<f32>(batch).unwrap());
+    type Buffers = (WgpuBuffer<u32>, WgpuBuffer<u32>, WgpuBuffer<f32>);
+    fn out(o: &mut Buffers) -> Output<'_, WgpuBackend> {
+        Output::new(&mut o.0).with_status(&mut o.1).with_logprobs(&mut o.2)
+    }
+    let download = |o: &Buffers| (b.download(&o.0).unwrap(), b.download(&o.1).unwrap(), b.download(&o.2).unwrap());
+    // Each step submitted on its own, from the logits and from their negation.
+    let submitted = |logits: &[f32], shape: Shape, rows: &[RowParams]| {
+        let (x, mut o) = (b.upload(logits).unwrap(), outputs(shape.batch));
+        Sampler::new(b, shape.batch).unwrap().step(shape, Logits::F32(&x), rows, out(&mut o)).unwrap();
+        download(&o)
+    };
+    let want: Vec<_> = steps.iter().map(|(shape, logits, rows)| submitted(logits, *shape, rows)).collect();
+    let cpu = sampling_kernels::CpuBackend;
+    for ((shape, logits, rows), want) in steps.iter().zip(&want) {
+        let mut oracle = vec![0u32; shape.batch];
+        Sampler::new(&cpu, shape.batch)
+            .unwrap()
+            .step(*shape, Logits::F32(logits), rows, Output::new(&mut oracle))
+            .unwrap();
+        assert_eq!(want.0, oracle, "submitted step of {shape:?} against the CPU oracle");
+        let negated: Vec<f32> = logits.iter().map(|l| -l).collect();
+        assert_ne!(
+            submitted(&negated, *shape, rows).0,
+            want.0,
+            "the logits before the engine's copy give other tokens"
+        );
+    }
+    // The engine's encoder: per step, its copy of the logits, then the step.
+    let mut encoder = device.create_command_encoder(&Default::default());
+    let mut recorded = Vec::new();
+    for (shape, logits, rows) in &steps {
+        let negated: Vec<f32> = logits.iter().map(|l| -l).collect();
+        let (model, x) = (b.upload(logits).unwrap(), b.upload(&negated).unwrap());
+        encoder.copy_buffer_to_buffer(model.raw(), 0, x.raw(), 0, None);
+        let (mut sampler, mut o) = (Sampler::new(b, shape.batch).unwrap(), outputs(shape.batch));
+        sampler.step_into(&mut encoder, *shape, Logits::F32(&x), rows, out(&mut o)).unwrap();
+        recorded.push(o);
+    }
+    queue.submit([encoder.finish()]);
+    for (((shape, _, rows), want), o) in steps.iter().zip(&want).zip(&recorded) {
+        let got = download(o);
+        for (r, row) in rows.iter().enumerate() {
+            let (g, w) = ((got.0[r], got.1[r], got.2[r].to_bits()), (want.0[r], want.1[r], want.2[r].to_bits()));
+            assert_eq!(g, w, "row {r} of {shape:?} ({row:?}): (token, status, log-probability bits)");
+        }
+    }
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_step_into_an_engines_encoder() {
+    crate::common::on("wgpu", "step_into_an_engines_encoder", crate::common::wgpu(), step_into_an_engines_encoder);
+}
+
 suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 

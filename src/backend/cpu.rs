@@ -1,12 +1,13 @@
 //! The CPU backend: plain Rust in float64, written for obviousness, not speed. It is the oracle
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
-use crate::backend::{Backend, Input, Job, LogProbs, Logits, Output};
+use crate::backend::stage::LogitsStage;
+use crate::backend::{need, Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
 use crate::reference::filters::{self, clean_probs};
 use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in, seeded_ranked_in};
 use crate::reference::softmax::{log32, sglang_logprobs, softmax, softmax_f32};
-use crate::reference::{murmur, philox};
+use crate::reference::{self, murmur, philox};
 use crate::types::{Element, RowMode, RowParams, Shape, STATUS_UNRANKED};
 
 /// Runs every kernel on the host, one row after another.
@@ -22,6 +23,16 @@ pub fn row_values(logits: Logits<'_, CpuBackend>, shape: Shape, row: usize) -> V
         Logits::Bf16(b) => b[range].iter().map(|&x| x.to_f64()).collect(),
     };
     wide.into_iter().map(|x| if x.is_nan() { f64::NEG_INFINITY } else { x }).collect()
+}
+
+/// One row of logits as float32 (f16 and bf16 widened, NaN kept), as the engines' stage reads it.
+fn row_f32(logits: Logits<'_, CpuBackend>, shape: Shape, row: usize) -> Vec<f32> {
+    let range = row * shape.stride..row * shape.stride + shape.vocab;
+    match logits {
+        Logits::F32(b) => b[range].to_vec(),
+        Logits::F16(b) => b[range].iter().map(|x| x.to_f32()).collect(),
+        Logits::Bf16(b) => b[range].iter().map(|x| x.to_f32()).collect(),
+    }
 }
 
 /// The kept set of one row of the filter kernels' input.
@@ -114,7 +125,7 @@ impl Backend for CpuBackend {
     fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
         Ok(vec![T::zeroed(); len])
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
         buf[..data.len()].copy_from_slice(data);
         Ok(())
     }
@@ -123,6 +134,25 @@ impl Backend for CpuBackend {
     }
     fn len<T: Element>(buf: &Vec<T>) -> usize {
         buf.len()
+    }
+
+    fn apply_stage(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        stage: &LogitsStage<'_, Self>,
+        staged: &mut Vec<f32>,
+    ) -> Result<()> {
+        shape.validate()?;
+        stage.validate(shape)?;
+        need("logits", logits.len(), shape.elements())?;
+        need("staged", staged.len(), shape.elements())?;
+        for r in 0..shape.batch {
+            let mut x = row_f32(logits, shape, r);
+            reference::stage::apply(&mut x, &stage.row(shape, r));
+            staged[r * shape.stride..r * shape.stride + shape.vocab].copy_from_slice(&x);
+        }
+        Ok(())
     }
 
     fn run(&self, job: Job<'_, Self>) -> Result<()> {

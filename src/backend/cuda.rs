@@ -1,25 +1,39 @@
 //! The CUDA backend: the generated `.cu` kernels, compiled at run time by NVRTC for the device's
 //! architecture (with `-DSK_BLOCK` from the tuning table) and launched through cudarc.
 //!
-//! cudarc loads libcuda and libnvrtc dynamically: [`CudaBackend::new`] asks whether both are
-//! present before any driver call (cudarc panics otherwise) and returns
-//! [`Error::Unavailable`] when they are not. cudarc (0.19.5 and later) resolves each driver
-//! symbol when it is first called, so a driver older than the CUDA 13 API it is built against
-//! works for every call this backend makes but the event timing of benchmarks
-//! (`cuEventElapsedTime_v2`, CUDA 12.8), which it refuses with a typed error instead. NVRTC must
-//! not be newer than the driver, which refuses PTX from a newer compiler: cudarc looks for
-//! `libnvrtc.so.13` and then `libnvrtc.so.12`, and [`CudaBackend::from_stream`] checks the pair
-//! ([`Error::CudaVersions`] names both).
+//! cudarc's linking mode and bindings are the engine's build's choice (see the `cuda` feature):
+//! nothing here depends on either. [`CudaBackend::new`] asks whether libcuda and libnvrtc load
+//! before any driver call (cudarc loading them dynamically panics otherwise) and returns
+//! [`Error::Unavailable`] when they do not. cudarc resolves each driver symbol when it is first
+//! called, so a driver older than the bindings works for every call this backend makes; the one
+//! entry point that newer bindings rename (`cuEventElapsedTime_v2`, CUDA 12.8, for benchmarks'
+//! timing) is called by whichever name the driver has. NVRTC writes PTX of its own release's ISA,
+//! which an older driver refuses: the backend writes the driver's ISA in the PTX instead
+//! ([`ptx_isa`]), so NVRTC 13 serves a CUDA 12.0 driver and newer
+//! ([`Error::CudaDriverTooOld`] below that).
 //!
 //! A `sample` call's seeded and filter launches touch none of the rows its plain launch samples,
-//! so they run on a second stream of the backend's own, forked from the caller's stream after
+//! so they run on a second stream of the backend's own, forked from the caller's stream before
 //! the plain launch is queued and joined back before the call returns (`SideStream`). A batch
 //! of plain rows with one top-p row then lasts about as long as the plain launch or the top-p
 //! row's three dependent launches, whichever is longer, not their sum. The side stream is made
 //! with the driver's calls, not as a cudarc stream, so cudarc's per-buffer event tracking (on
 //! in a context with several cudarc streams) stays as the engine set it.
 
-use super::launch::{Device, Launch, Scratch, Share, Split};
+mod alias;
+mod driver;
+mod side_stream;
+mod staging;
+
+use alias::{check_raw, same_context, Aliased};
+pub use alias::{CudaAlias, CudaAliasMut};
+use driver::{driver_isa, driver_version, elapsed_ms, nvrtc_version, require_nvrtc};
+pub use driver::{libraries_present, nvrtc_present};
+use side_stream::SideStream;
+use staging::{OnStream, Staging};
+
+use super::launch::{queue, Device, Launch, Scratch, Share, Split, Streams};
+use super::ptx_isa;
 use super::timing::{Clock, LaunchTime};
 use crate::backend::job::Visit;
 use crate::backend::{Backend, Job};
@@ -27,72 +41,18 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUstream};
+use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUresult, CUstream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    PinnedHostSlice,
+    DeviceSlice, PinnedHostSlice,
 };
+use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 /// A CUDA device buffer: cudarc's own slice type, so an engine passes what it already has.
 pub type CudaBuffer<T> = CudaSlice<T>;
-
-/// A slice that aliases memory owned elsewhere: it never frees it (dropping it hands the
-/// pointer back with [`CudaSlice::leak`], which drops only its events).
-struct Aliased<T>(ManuallyDrop<CudaSlice<T>>);
-
-impl<T> Aliased<T> {
-    /// `len` elements at `ptr`, on `stream`.
-    ///
-    /// # Safety
-    /// The memory must stay allocated while the alias lives, and hold `len` elements of `T`.
-    unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
-        // SAFETY: the caller's contract; ManuallyDrop keeps cudarc from freeing it.
-        Aliased(ManuallyDrop::new(unsafe { stream.upgrade_device_ptr(ptr, len) }))
-    }
-}
-
-impl<T> Drop for Aliased<T> {
-    fn drop(&mut self) {
-        // SAFETY: taken once, here; the field is never used again.
-        let slice = unsafe { ManuallyDrop::take(&mut self.0) };
-        slice.leak();
-    }
-}
-
-/// An engine's device memory read in place, as the buffer type the sampling calls take: a
-/// range of its arena, or a candle tensor's storage at an offset, without a copy. It borrows the
-/// view it was made from, so the memory outlives it. cudarc's tracking across streams does not
-/// see uses through an alias: sample on the stream that writes the memory, or order the streams
-/// yourself. Where cudarc tracks events (a context with several streams) making one makes two.
-pub struct CudaAlias<'a, T>(Aliased<T>, PhantomData<&'a T>);
-
-/// As [`CudaAlias`], for memory the sampling calls write (tokens into an engine's buffer).
-pub struct CudaAliasMut<'a, T>(Aliased<T>, PhantomData<&'a mut T>);
-
-impl<T> Deref for CudaAlias<'_, T> {
-    type Target = CudaSlice<T>;
-    fn deref(&self) -> &CudaSlice<T> {
-        &self.0 .0
-    }
-}
-
-impl<T> Deref for CudaAliasMut<'_, T> {
-    type Target = CudaSlice<T>;
-    fn deref(&self) -> &CudaSlice<T> {
-        &self.0 .0
-    }
-}
-
-impl<T> DerefMut for CudaAliasMut<'_, T> {
-    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
-        &mut self.0 .0
-    }
-}
 
 fn cuda_error(message: impl std::fmt::Display) -> Error {
     Error::Device { backend: "cuda", message: message.to_string() }
@@ -118,62 +78,9 @@ pub struct CudaBackend {
     side: SideStream,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Page-locked host memory the per-step writes go through (see [`Staging`]).
-    staging: Mutex<Staging>,
-    /// The driver's CUDA version (`1000 * major + 10 * minor`).
-    driver: i32,
-}
-
-/// Whether libnvrtc can be loaded (it only tries to open the library).
-pub fn nvrtc_present() -> bool {
-    // SAFETY: this only tries to dlopen the library.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
-}
-
-/// [`Error::Unavailable`] unless libnvrtc can be loaded: cudarc panics on a call into a
-/// library it cannot load.
-fn require_nvrtc() -> Result<()> {
-    if nvrtc_present() {
-        return Ok(());
-    }
-    Err(Error::Unavailable("libnvrtc not found on the library path".into()))
-}
-
-/// Whether the CUDA driver and NVRTC libraries can be loaded (no driver call is made).
-pub fn libraries_present() -> bool {
-    // SAFETY: this only tries to dlopen the library.
-    nvrtc_present() && unsafe { cudarc::driver::sys::is_culib_present() }
-}
-
-/// A CUDA version as the driver reports it (`1000 * major + 10 * minor`).
-fn major_minor(version: i32) -> (i32, i32) {
-    (version / 1000, version % 1000 / 10)
-}
-
-/// Whether a driver of CUDA `driver` (as [`major_minor`] reads it) loads the PTX of NVRTC
-/// `nvrtc` (major, minor): only PTX of its own CUDA version or older.
-fn check_versions(driver: i32, nvrtc: (i32, i32)) -> Result<()> {
-    let driver = major_minor(driver);
-    if nvrtc <= driver {
-        return Ok(());
-    }
-    let show = |(major, minor): (i32, i32)| format!("{major}.{minor}");
-    Err(Error::CudaVersions { driver: show(driver), nvrtc: show(nvrtc) })
-}
-
-/// The CUDA version of the loaded driver.
-fn driver_version() -> Result<i32> {
-    let mut version = 0;
-    // SAFETY: writes one int; the library was found present before any driver call.
-    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }.result().map_err(cuda_error)?;
-    Ok(version)
-}
-
-/// The version of the loaded NVRTC.
-fn nvrtc_version() -> Result<(i32, i32)> {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: writes two ints; the caller checked that the library is present.
-    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }.result().map_err(cuda_error)?;
-    Ok((major, minor))
+    staging: Mutex<Staging<PinnedHostSlice<u8>, CudaEvent>>,
+    /// The newest PTX ISA the driver compiles, which the kernels' PTX is lowered to.
+    isa: (u32, u32),
 }
 
 /// The virtual architecture NVRTC compiles for, and the block sizes of the tuning table (for
@@ -264,8 +171,7 @@ impl CudaBackend {
     /// Launches on an engine's own stream.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         require_nvrtc()?;
-        let driver = driver_version()?;
-        check_versions(driver, nvrtc_version()?)?;
+        let isa = driver_isa(driver_version()?)?;
         let ctx = stream.context();
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
         let (arch, blocks) = target(major);
@@ -289,25 +195,76 @@ impl CudaBackend {
         let side = SideStream::new(ctx)?;
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, driver })
+        Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, isa })
+    }
+
+    /// Launches on a stream an engine holds as the driver's handle (burn and CubeCL keep theirs
+    /// so), in `ctx` (for a device's primary context, which those engines use,
+    /// `CudaContext::new(ordinal)`). A stream of another context is refused
+    /// ([`Error::OtherContext`]).
+    ///
+    /// # Safety
+    /// `stream` is a live stream (or 0, the context's legacy default stream) and stays live as
+    /// long as the backend does: the backend never destroys it. Work the engine queues on it is
+    /// ordered with the backend's calls by the stream itself; work on the engine's other
+    /// streams is the engine's to order.
+    pub unsafe fn from_raw_stream(ctx: &Arc<CudaContext>, stream: CUstream) -> Result<Self> {
+        ctx.bind_to_thread().map_err(cuda_error)?;
+        let mut owner: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle; the caller vouches for the stream.
+        unsafe { cudarc::driver::sys::cuStreamGetCtx(stream, &mut owner) }.result().map_err(cuda_error)?;
+        same_context("the stream", owner, ctx.cu_ctx())?;
+        // SAFETY: the caller's contract, and the stream was checked to be `ctx`'s.
+        Self::from_stream(unsafe { ctx.wrap_borrowed_stream(stream) })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
-    /// read, in place.
-    pub fn alias<'a, T>(&self, view: &'a CudaView<'_, T>) -> CudaAlias<'a, T> {
+    /// read, in place. A view of another CUDA context's memory is refused
+    /// ([`Error::OtherContext`]); two contexts that are the device's primary one are the same.
+    pub fn alias<'a, T>(&self, view: &'a CudaView<'_, T>) -> Result<CudaAlias<'a, T>> {
+        self.own_context(view.stream())?;
         let (ptr, _read) = view.device_ptr(&self.stream);
         // SAFETY: `view` borrows its slice for 'a, so the memory stays allocated and holds
-        // `view.len()` elements while the alias lives.
-        CudaAlias(unsafe { Aliased::new(&self.stream, ptr, view.len()) }, PhantomData)
+        // `view.len()` elements while the alias lives; it is this context's.
+        Ok(CudaAlias(unsafe { Aliased::new(&self.stream, ptr, view.len()) }, PhantomData))
     }
 
     /// `view` (for example `slice.slice_mut(offset..offset + len)`) as a buffer the sampling
-    /// calls write, in place.
-    pub fn alias_mut<'a, T>(&self, view: &'a mut CudaViewMut<'_, T>) -> CudaAliasMut<'a, T> {
+    /// calls write, in place (through [`Output::aliased`](crate::Output::aliased)), or read. Refused as in
+    /// [`CudaBackend::alias`].
+    pub fn alias_mut<'a, T>(&self, view: &'a mut CudaViewMut<'_, T>) -> Result<CudaAliasMut<'a, T>> {
+        self.own_context(view.stream())?;
         let len = view.len();
         let (ptr, _written) = view.device_ptr_mut(&self.stream);
         // SAFETY: as in `alias`, and the borrow is exclusive.
-        CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData)
+        Ok(CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData))
+    }
+
+    /// `len` elements of `T` at device address `ptr`, memory an engine holds as a raw pointer
+    /// (burn's and CubeCL's), as a buffer the sampling calls write (through
+    /// [`Output::aliased`](crate::Output::aliased)) or read, in place. The crate never frees it: dropping the alias
+    /// leaves the memory as it was. A null address, one not aligned to `T`, or a length past
+    /// the end of the address space is refused ([`Error::RawMemory`]).
+    ///
+    /// # Safety
+    /// For as long as the alias lives (`'a`, which the caller picks):
+    /// - `ptr .. ptr + len * size_of::<T>()` is device memory allocated in (or mapped into) this
+    ///   backend's CUDA context, and stays allocated: the engine frees it only after the alias
+    ///   is dropped and the calls that used it have run (the backend's stream orders them);
+    /// - nothing else writes it, or reads what a call writes through it, unless ordered after
+    ///   the backend's stream (the engine's work on the same stream is);
+    /// - any `T` bit pattern it holds is one the calls may read (the crate's element types are
+    ///   plain numbers; row records are validated only by [`Backend::write`] and
+    ///   [`Backend::upload`], so records written there by other means must be valid).
+    pub unsafe fn alias_raw<'a, T>(&self, ptr: CUdeviceptr, len: usize) -> Result<CudaAliasMut<'a, T>> {
+        check_raw::<T>(ptr, len)?;
+        // SAFETY: the caller's contract.
+        Ok(CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData))
+    }
+
+    /// Refuses memory whose stream (`stream`) is of another context than the backend's.
+    fn own_context(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        same_context("the view's memory", stream.context().cu_ctx(), self.stream.context().cu_ctx())
     }
 
     /// The stream every call is ordered on: a call's launches are queued on it, or on the
@@ -322,22 +279,12 @@ impl CudaBackend {
     /// resolution is about half a microsecond). Returns once the launches are done. Other work
     /// put on the same stream meanwhile (an engine's) is counted too.
     pub fn time_launches<R>(&self, launches: impl FnOnce(&Self) -> Result<R>) -> Result<(R, LaunchTime)> {
-        // cudarc's CUDA 13 binding reads the events with `cuEventElapsedTime_v2`, which a
-        // driver before 12.8 lacks (cudarc would panic on the missing symbol).
-        if self.driver < 12080 {
-            return Err(Error::Unsupported {
-                backend: "cuda",
-                kernel: "time_launches",
-                feature: "CUDA 12.8 event timing",
-            });
-        }
         // Events made without flags do not time; the default flags do.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = self.stream.record_event(timed).map_err(cuda_error)?;
         let out = launches(self)?;
         let end = self.stream.record_event(timed).map_err(cuda_error)?;
-        // Waits for both events.
-        let ms = start.elapsed_ms(&end).map_err(cuda_error)?;
+        let ms = elapsed_ms(&start, &end)?;
         Ok((out, LaunchTime { elapsed: std::time::Duration::from_secs_f64(ms as f64 * 1e-3), clock: Clock::Device }))
     }
 
@@ -347,6 +294,10 @@ impl CudaBackend {
             return Ok(f.clone());
         }
         let ptx = compile(kernel, self.arch, self.blocks.of(kernel), Optimisation::Full)?;
+        let ptx = match ptx_isa::lower_ptx(&ptx.to_src(), self.isa) {
+            Some(lowered) => Ptx::from_src(lowered),
+            None => ptx,
+        };
         let module = self.stream.context().load_module(ptx).map_err(cuda_error)?;
         let f = module.load_function(kernel.name).map_err(cuda_error)?;
         cache.insert(kernel.name, f.clone());
@@ -376,9 +327,10 @@ impl Backend for CudaBackend {
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
         self.stream.alloc_zeros(len.max(1)).map_err(cuda_error)
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
         let mut staging = self.staging.lock().map_err(|_| cuda_error("staging lock poisoned"))?;
-        staging.write(&self.stream, buf, bytemuck::cast_slice(data))
+        let (dst, _written) = buf.device_ptr_mut(&self.stream);
+        staging.write(&OnStream(&self.stream), dst, bytemuck::cast_slice(data))
     }
     fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(buf).map_err(cuda_error)
@@ -402,123 +354,22 @@ impl Backend for CudaBackend {
     }
 }
 
-/// Slots of page-locked host memory the per-step writes are copied through. A copy from pageable
-/// memory makes the driver synchronize the stream first (CUDA's "API synchronization behavior"),
-/// so a decode step's row records would wait for everything queued before them, the engine's
-/// forward pass included. From page-locked memory the copy is queued and the host goes on; a
-/// slot is reused once the copy that last used it has run, [`STAGING_SLOTS`] writes later.
-#[derive(Default)]
-struct Staging {
-    slots: ArrayVec<Slot, STAGING_SLOTS>,
-    next: usize,
+/// A call's launches on the caller's stream (`main`) and the backend's side stream.
+struct OnStreams<'b> {
+    backend: &'b CudaBackend,
+    main: CUstream,
 }
 
-/// Writes a ring of this many slots covers: a `Sampler::step` makes three.
-const STAGING_SLOTS: usize = 8;
-
-/// One slot: its memory, and an event recorded after the copy that last read it.
-struct Slot {
-    host: PinnedHostSlice<u8>,
-    copied: CudaEvent,
-}
-
-impl Staging {
-    /// Queues a copy of `bytes` to the start of `buf` on `stream` through the next slot.
-    fn write<T>(&mut self, stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, bytes: &[u8]) -> Result<()> {
-        let ctx = stream.context();
-        let at = self.next;
-        self.next = (at + 1) % STAGING_SLOTS;
-        if self.slots.len() <= at || self.slots[at].host.len() < bytes.len() {
-            // Grows only while a sampler warms up: a slot holds the largest write so far.
-            let len = bytes.len().max(4096).next_power_of_two();
-            // SAFETY: the memory is written below before any copy reads it.
-            let host = unsafe { ctx.alloc_pinned::<u8>(len) }.map_err(cuda_error)?;
-            let slot = Slot { host, copied: ctx.new_event(None).map_err(cuda_error)? };
-            match self.slots.get_mut(at) {
-                Some(old) => *old = slot,
-                None => self.slots.push(slot),
-            }
-        }
-        let slot = &mut self.slots[at];
-        // The copy that last read this slot must have run before it is overwritten.
-        slot.copied.synchronize().map_err(cuda_error)?;
-        let host = slot.host.as_mut_slice().map_err(cuda_error)?;
-        host[..bytes.len()].copy_from_slice(bytes);
-        let (dst, _written) = buf.device_ptr_mut(stream);
-        // SAFETY: `dst` covers `bytes` (the caller checked the write's length against the
-        // buffer) and the source is page-locked memory that stays untouched until `copied`.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst, &host[..bytes.len()], stream.cu_stream()) }
-            .map_err(cuda_error)?;
-        slot.copied.record(stream).map_err(cuda_error)
+impl Streams<u64> for OnStreams<'_> {
+    fn fork(&mut self) -> Result<()> {
+        self.backend.side.fork(self.main)
     }
-}
-
-/// The backend's second stream (see the module's doc) and the two events that order it: `forked`
-/// on the caller's stream before a call's first side launch, which the side stream waits for,
-/// and `joined` on the side stream after its last, which the caller's stream waits for. Made
-/// once, with the backend: a call records and waits, and creates nothing.
-struct SideStream {
-    ctx: Arc<CudaContext>,
-    stream: CUstream,
-    forked: CUevent,
-    joined: CUevent,
-}
-
-// SAFETY: the handles are the driver's, usable from any thread that has bound their context,
-// as every use here does first; the backend uses them only while it holds its scratch lock.
-unsafe impl Send for SideStream {}
-unsafe impl Sync for SideStream {}
-
-impl SideStream {
-    /// A non-blocking stream at the context's greatest priority: the side stream's launches are
-    /// short and depend on each other, so their few blocks go ahead of the plain launch's
-    /// waiting ones.
-    fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
-        use cudarc::driver::result::{event, stream};
-        ctx.bind_to_thread().map_err(cuda_error)?;
-        let (_least, greatest) = stream::get_priority_range().map_err(cuda_error)?;
-        let untimed = CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let (forked, joined) =
-            (event::create(untimed).map_err(cuda_error)?, event::create(untimed).map_err(cuda_error)?);
-        let stream = stream::create_with_priority(stream::StreamKind::NonBlocking, greatest).map_err(cuda_error)?;
-        Ok(SideStream { ctx: ctx.clone(), stream, forked, joined })
+    fn join(&mut self) -> Result<()> {
+        self.backend.side.join(self.main)
     }
-
-    /// The side stream waits for what `main` has queued so far.
-    fn fork(&self, main: CUstream) -> Result<()> {
-        Self::order(self.forked, main, self.stream)
-    }
-
-    /// `main` waits for what the side stream has queued so far.
-    fn join(&self, main: CUstream) -> Result<()> {
-        Self::order(self.joined, self.stream, main)
-    }
-
-    /// `after` waits for what `before` has queued so far, through `event`.
-    fn order(event: CUevent, before: CUstream, after: CUstream) -> Result<()> {
-        use cudarc::driver::result::{event as ev, stream};
-        // SAFETY: the event and both streams are live (the side stream's and events until the
-        // backend drops, the caller's for as long as the backend holds it) and belong to the
-        // context bound by the caller.
-        unsafe {
-            ev::record(event, before).map_err(cuda_error)?;
-            stream::wait_event(after, event, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT).map_err(cuda_error)
-        }
-    }
-}
-
-impl Drop for SideStream {
-    fn drop(&mut self) {
-        use cudarc::driver::result::{event, stream};
-        // Errors are dropped: the context may already be tearing down.
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: made in `new`, destroyed once, here; the driver frees the stream once the work
-        // queued on it is done.
-        unsafe {
-            let _ = event::destroy(self.forked);
-            let _ = event::destroy(self.joined);
-            let _ = stream::destroy(self.stream);
-        }
+    fn launch(&mut self, launch: Launch<u64>) -> Result<()> {
+        let stream = if launch.side { self.backend.side.stream } else { self.main };
+        self.backend.launch(launch, stream)
     }
 }
 
@@ -538,8 +389,8 @@ impl Visit<CudaBackend> for Track<'_> {
 
 impl CudaBackend {
     /// The job's launches, in order on the caller's stream, those marked `side` in order on
-    /// the side stream (forked before the first of them, joined after the last), each stream's
-    /// with its own scratch.
+    /// the side stream (forked before the call's first launch, joined after its last: see
+    /// [`queue`]), each stream's with its own scratch.
     fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
         let zeros = |_: &str, words| self.stream.alloc_zeros(words).map_err(cuda_error);
@@ -570,29 +421,7 @@ impl CudaBackend {
             merge_dispatch: false,
         };
         self.stream.context().bind_to_thread().map_err(cuda_error)?;
-        let main = self.stream.cu_stream();
-        let mut forked = false;
-        let mut launched = Ok(());
-        for launch in Launch::plan(job, &split)? {
-            let stream = if launch.side {
-                if !forked {
-                    self.side.fork(main)?;
-                    forked = true;
-                }
-                self.side.stream
-            } else {
-                main
-            };
-            launched = self.launch(launch, stream);
-            if launched.is_err() {
-                break;
-            }
-        }
-        // Joined even after a failed launch, so the caller's stream orders what was queued.
-        if forked {
-            self.side.join(main)?;
-        }
-        launched
+        queue(Launch::plan(job, &split)?, &mut OnStreams { backend: self, main: self.stream.cu_stream() })
     }
 
     /// Launches on `stream` with the driver's `cuLaunchKernel` and the arguments on the stack:
@@ -627,26 +456,5 @@ impl CudaBackend {
             )
         }
         .map_err(cuda_error)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The rule without a GPU: a driver takes PTX of its own CUDA version or older.
-    #[test]
-    fn driver_refuses_newer_nvrtc() {
-        // The H200 run: driver 580 (CUDA 13.0) with NVRTC 13.0.
-        assert_eq!(check_versions(13000, (13, 0)), Ok(()));
-        // A T4 fleet on a 535 driver (CUDA 12.2) with its own NVRTC, or an older one.
-        assert_eq!(check_versions(12020, (12, 2)), Ok(()));
-        assert_eq!(check_versions(12020, (11, 8)), Ok(()));
-        // The same driver with the pip wheel's NVRTC 13.5, or with CUDA 12.4's.
-        let err = Error::CudaVersions { driver: "12.2".into(), nvrtc: "13.5".into() };
-        assert_eq!(check_versions(12020, (13, 5)), Err(err));
-        assert!(matches!(check_versions(12020, (12, 4)), Err(Error::CudaVersions { .. })));
-        assert_eq!(major_minor(12080), (12, 8));
-        assert_eq!(major_minor(13010), (13, 1));
     }
 }

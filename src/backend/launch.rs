@@ -95,7 +95,9 @@ impl<H: Copy> Launch<H> {
 
 impl<H> Launch<H> {
     /// A launch over a row list that lists no row (the seeded or filter kernel of a step with no
-    /// such row): it changes nothing, so a device that cannot run its kernel may leave it out.
+    /// such row): it changes nothing, so a device that cannot run its kernel may leave it out
+    /// (wgpu's portable devices do).
+    #[cfg(feature = "wgpu")]
     pub fn visits_no_row(&self) -> bool {
         self.params[3] & FLAG_ROW_LIST != 0 && self.params[0] == 0
     }
@@ -346,6 +348,36 @@ pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 9;
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
 pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
+
+/// The streams a plan is queued on: where the backend has a side stream ([`Split::side`]), the
+/// caller's and the side one (CUDA's), or a test's recorder.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) trait Streams<H> {
+    /// The side stream waits for what the caller's stream has queued so far.
+    fn fork(&mut self) -> Result<()>;
+    /// The caller's stream waits for what the side stream has queued so far.
+    fn join(&mut self) -> Result<()>;
+    /// Queues `launch` on the side stream where it is marked so ([`Launch::side`]), else on the
+    /// caller's.
+    fn launch(&mut self, launch: Launch<H>) -> Result<()>;
+}
+
+/// Queues `plan` in order. A plan with side launches forks before its first launch: the side
+/// stream then waits for what the caller queued before the call (the logits, the row records),
+/// not for the plain launch, and the two run side by side. It joins after the last launch, even
+/// after a failed one, so the caller's stream orders everything that was queued.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn queue<H>(plan: Plan<H>, streams: &mut impl Streams<H>) -> Result<()> {
+    let forked = plan.iter().any(|l| l.side);
+    if forked {
+        streams.fork()?;
+    }
+    let launched = plan.into_iter().try_for_each(|launch| streams.launch(launch));
+    if forked {
+        streams.join()?;
+    }
+    launched
+}
 
 /// The argmax family's launch (or the plain sampler's), the part records bound and its rows
 /// split as [`parts`] says.
@@ -768,8 +800,9 @@ mod tests {
         fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
             CpuBackend.zeros(len)
         }
-        fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
-            CpuBackend.write_unchecked(buf, data)
+        unsafe fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
+            // SAFETY: the caller's contract, which is the CPU backend's.
+            unsafe { CpuBackend.write_unchecked(buf, data) }
         }
         fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
             CpuBackend.download(buf)
@@ -849,7 +882,7 @@ mod tests {
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
             b.seeded_from_logits(shape, logits, &rows, out!()).unwrap();
             b.sample(shape, logits, &rows, out!()).unwrap();
-            crate::backend::sample_rows(&b, shape, logits, &rows, out!(), Some(listed)).unwrap();
+            b.run(crate::backend::sample_job(shape, logits, &rows, out!(), Some(listed)).unwrap()).unwrap();
             b.sample_filtered(shape, Input::Logits(logits), &rows, out!()).unwrap();
             b.mask_logits(shape, logits, &rows, &mut dense).unwrap();
             b.read_rows(shape, logits, &mut vec![0.0; 2]).unwrap();
@@ -1084,9 +1117,49 @@ mod tests {
         }
     }
 
+    /// What [`queue`] asked of the streams, in order: a launch by its kernel's name.
+    #[derive(Debug, PartialEq)]
+    enum Queued {
+        Fork,
+        Join,
+        Main(&'static str),
+        Side(&'static str),
+    }
+
+    /// Records what is queued, failing the launch at index `fail_at` where one is given.
+    #[derive(Default)]
+    struct Recorder {
+        queued: Vec<Queued>,
+        launches: usize,
+        fail_at: Option<usize>,
+    }
+
+    impl Streams<usize> for Recorder {
+        fn fork(&mut self) -> Result<()> {
+            self.queued.push(Queued::Fork);
+            Ok(())
+        }
+        fn join(&mut self) -> Result<()> {
+            self.queued.push(Queued::Join);
+            Ok(())
+        }
+        fn launch(&mut self, launch: Launch<usize>) -> Result<()> {
+            self.launches += 1;
+            if self.fail_at == Some(self.launches - 1) {
+                return Err(Error::Device { backend: "recorder", message: "a failed launch".into() });
+            }
+            let name = launch.kernel.name;
+            self.queued.push(if launch.side { Queued::Side(name) } else { Queued::Main(name) });
+            Ok(())
+        }
+    }
+
     /// Where the backend has a side stream, a `sample` call's seeded and filter launches (all
     /// after its plain launch) are marked for it and bind only its scratch, so the plain launch,
-    /// which binds only the caller's, can run beside them; without one, none is marked.
+    /// which binds only the caller's, can run beside them; without one, none is marked. Queued,
+    /// the fork comes before the plain launch (forked after it, as it once was, the side launches
+    /// waited for the plain one: no overlap) and the join after the last launch, even a failed
+    /// one; a plan without side launches neither forks nor joins.
     #[test]
     fn launches_after_the_plain_one_take_the_side_streams_scratch() {
         let shape = Shape::dense(4, 151_936);
@@ -1122,8 +1195,25 @@ mod tests {
         }
         let bound: Vec<_> = plan[1..].iter().flat_map(scratch).flatten().collect();
         assert!(bound.contains(&3) && bound.contains(&4), "{bound:?}");
+
+        let mut streams = Recorder::default();
+        queue(plan.clone(), &mut streams).unwrap();
+        let queued = &streams.queued;
+        assert_eq!(queued.len(), plan.len() + 2, "{queued:?}");
+        assert_eq!(queued[..2], [Queued::Fork, Queued::Main(plan[0].kernel.name)], "{queued:?}");
+        assert!(queued[2..queued.len() - 1].iter().all(|q| matches!(q, Queued::Side(_))), "{queued:?}");
+        assert_eq!(queued.last(), Some(&Queued::Join), "{queued:?}");
+        let mut streams = Recorder { fail_at: Some(2), ..Recorder::default() };
+        assert!(queue(plan, &mut streams).is_err());
+        assert_eq!(streams.launches, 3, "launches queued after a failed one");
+        assert_eq!(streams.queued.last(), Some(&Queued::Join), "{:?}", streams.queued);
+
         let plan = Launch::plan(&job, &caller).unwrap();
         assert!(plan.iter().all(|l| !l.side));
+        let mut streams = Recorder::default();
+        queue(plan.clone(), &mut streams).unwrap();
+        assert!(streams.queued.iter().all(|q| matches!(q, Queued::Main(_))), "{:?}", streams.queued);
+        assert_eq!(streams.queued.len(), plan.len());
     }
 
     /// The one-read path's merge launch does the top-p cut too where the rows' parts fit the

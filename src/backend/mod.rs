@@ -11,6 +11,9 @@ pub mod cuda;
 mod job;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
+#[cfg(feature = "cuda")]
+pub mod ptx_isa;
+pub mod stage;
 pub mod timing;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
@@ -38,7 +41,7 @@ impl<B: Backend + ?Sized> Clone for Logits<'_, B> {
 impl<B: Backend + ?Sized> Copy for Logits<'_, B> {}
 
 impl<B: Backend + ?Sized> Logits<'_, B> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Logits::F32(b) => B::len(*b),
             Logits::F16(b) => B::len(*b),
@@ -52,18 +55,21 @@ impl<B: Backend + ?Sized> Logits<'_, B> {
 /// value to sample, 0 when it had none (every value NaN or -inf), in which case its token is 0
 /// and its log-probability -inf, or [`STATUS_UNRANKED`](crate::STATUS_UNRANKED) for a row that
 /// asked for SGLang's rank hashing and was sampled on the vocabulary id's noise instead.
+/// Built with [`Output::new`] and the `with_` methods; its fields are private, since on CUDA it
+/// may hold an engine's memory lent by an alias (`Output::aliased`), which no safe code may
+/// take out of it.
 pub struct Output<'a, B: Backend + ?Sized> {
     /// One token per row.
-    pub tokens: &'a mut B::Buffer<u32>,
+    pub(crate) tokens: &'a mut B::Buffer<u32>,
     /// One log-probability per row, when asked.
-    pub logprobs: Option<&'a mut B::Buffer<f32>>,
+    pub(crate) logprobs: Option<&'a mut B::Buffer<f32>>,
     /// One status per row (1 valid, 0 nothing to sample, [`STATUS_UNRANKED`](crate::STATUS_UNRANKED)),
     /// when asked.
-    pub status: Option<&'a mut B::Buffer<u32>>,
+    pub(crate) status: Option<&'a mut B::Buffer<u32>>,
     /// How many times each row was read, when asked: written by the filter kernels and the
     /// seeded kernel from logits (for the rows they take), so tests and benchmarks see the pass
     /// count the data did not choose.
-    pub passes: Option<&'a mut B::Buffer<u32>>,
+    pub(crate) passes: Option<&'a mut B::Buffer<u32>>,
 }
 
 impl<'a, B: Backend + ?Sized> Output<'a, B> {
@@ -183,25 +189,24 @@ impl<B: Backend + ?Sized> Clone for RowLists<'_, B> {
 
 impl<B: Backend + ?Sized> Copy for RowLists<'_, B> {}
 
-/// [`Backend::sample`], the seeded and filter launches visiting only the rows `listed` where the
-/// caller knows them on the host ([`crate::Sampler::step`]).
-pub(crate) fn sample_rows<B: Backend + ?Sized>(
-    b: &B,
+/// [`Backend::sample`]'s job, checked, the seeded and filter launches visiting only the rows
+/// `listed` where the caller knows them on the host ([`crate::Sampler::step`]).
+pub(crate) fn sample_job<'a, B: Backend + ?Sized>(
     shape: Shape,
-    logits: Logits<'_, B>,
-    rows: &B::Buffer<RowParams>,
-    out: Output<'_, B>,
-    listed: Option<RowLists<'_, B>>,
-) -> Result<()> {
+    logits: Logits<'a, B>,
+    rows: &'a B::Buffer<RowParams>,
+    out: Output<'a, B>,
+    listed: Option<RowLists<'a, B>>,
+) -> Result<Job<'a, B>> {
     check_filter_shape(shape)?;
     check_rows::<B>(shape, logits.len(), rows)?;
     check_output(shape, &out)?;
     if let Some(l) = listed {
-        for (list, count) in [l.seeded, l.filtered] {
+        for (list, count) in [l.seeded, l.filtered, l.off_path] {
             need("row list", B::len(list), count)?;
         }
     }
-    b.run(Job::Sample { shape, logits, rows, out, listed })
+    Ok(Job::Sample { shape, logits, rows, out, listed })
 }
 
 /// `write` must fit: the data may be shorter than the buffer, never longer.
@@ -218,7 +223,7 @@ fn check_items(items: usize, words_each: usize) -> Result<()> {
     Ok(())
 }
 
-fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
+pub(crate) fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
     if len < need {
         return Err(Error::BufferTooShort { name, len, need });
     }
@@ -238,6 +243,19 @@ fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
 /// struct Mine;
 /// impl sampling_kernels::backend::Sealed for Mine {}
 /// ```
+///
+/// Nor can safe code write without the length check, past the end of a buffer:
+///
+/// ```compile_fail,E0133
+/// use sampling_kernels::{Backend, CpuBackend};
+/// let mut buf = CpuBackend.zeros::<u32>(1).unwrap();
+/// CpuBackend.write_unchecked(&mut buf, &[1, 2, 3]).unwrap();
+/// ```
+/// ```compile_fail,E0133
+/// fn past_the_end<B: sampling_kernels::Backend>(b: &B, buf: &mut B::Buffer<u32>) {
+///     b.write_unchecked(buf, &[1, 2, 3]).unwrap();
+/// }
+/// ```
 pub trait Backend: Sealed {
     /// A device buffer of `T` (a `Vec` on the CPU, a wrapped `wgpu::Buffer`, a `CudaSlice`).
     type Buffer<T: Element>;
@@ -248,8 +266,13 @@ pub trait Backend: Sealed {
     fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
     /// A new buffer of `len` zeroed elements.
     fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
-    /// Overwrites the start of `buf` with `data`, without checking it (see [`Backend::write`]).
-    fn write_unchecked<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
+    /// Overwrites the start of `buf` with `data`, without the checks of [`Backend::write`].
+    ///
+    /// # Safety
+    /// `data` must fit: `data.len() <= Self::len(buf)`. A longer write runs past the end of the
+    /// buffer (on CUDA into whatever device memory follows it, on wgpu into the rest of an
+    /// engine's buffer beyond the view).
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
 
     /// A new buffer holding `data`, after the host-side checks of its element type (row
     /// parameters: temperature finite and non-negative).
@@ -262,7 +285,8 @@ pub trait Backend: Sealed {
     fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()> {
         T::validate(data)?;
         check_write(Self::len(buf), data.len())?;
-        self.write_unchecked(buf, data)
+        // SAFETY: checked just above.
+        unsafe { self.write_unchecked(buf, data) }
     }
     /// Compiles every kernel this backend can run (NVRTC modules on CUDA, pipelines on wgpu), so
     /// the first sampling call pays no compilation; returns how many. The CPU has none.
@@ -275,6 +299,21 @@ pub trait Backend: Sealed {
     fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
         let _ = filtered;
         None
+    }
+    /// Writes `logits` after the call's logits stage into `staged` (float32, `shape`'s layout),
+    /// for [`crate::Sampler::step_staged`]; the stage must have been validated for `shape`.
+    /// Only the CPU backend has it: the device backends' kernels do not read the stage yet, so
+    /// they refuse it, naming what it asks for.
+    #[doc(hidden)]
+    fn apply_stage(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        stage: &stage::LogitsStage<'_, Self>,
+        staged: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        let _ = (shape, logits, staged);
+        Err(Error::UnsupportedStage { feature: stage.first_feature().unwrap_or("logits stage") })
     }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
@@ -390,7 +429,7 @@ pub trait Backend: Sealed {
         rows: &Self::Buffer<RowParams>,
         out: Output<'_, Self>,
     ) -> Result<()> {
-        sample_rows(self, shape, logits, rows, out, None)
+        self.run(sample_job(shape, logits, rows, out, None)?)
     }
 
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],

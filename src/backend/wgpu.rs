@@ -1,7 +1,7 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
-use super::launch::{Device, Launch, Plan, Scratch, Share, Split, MAX_LAUNCHES, PORTABLE_FILTERS};
+use super::launch::{Device, Launch, Scratch, Share, Split, MAX_LAUNCHES, PORTABLE_FILTERS};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
@@ -108,15 +108,27 @@ const BIND_GROUPS_KEPT: usize = 4;
 /// The bind groups kept for one kernel and parameter slot, with their buffers, oldest first.
 type KeptBindGroups = ArrayVec<(BoundBuffers, wgpu::BindGroup), BIND_GROUPS_KEPT>;
 
+/// The parameters of a call's launches, in order: what picks its parameter block.
+type LaunchParams = ArrayVec<[u32; 4], MAX_LAUNCHES>;
+
+/// Parameter blocks kept: a decode loop cycles through a few shapes (batch sizes, row-list
+/// lengths), each of whose blocks is made once and copied from step after step.
+const PARAM_BLOCKS_KEPT: usize = 16;
+
 /// Samples with the generated WGSL on one wgpu device and queue.
 pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    /// The uniforms `batch, vocab, stride, flags` of a job's launches, one per
-    /// [`PARAMS_STRIDE`] bytes, written before a submit whose launches differ in them from the
-    /// last one's.
+    /// The uniforms `batch, vocab, stride, flags` of a call's launches, one per
+    /// [`PARAMS_STRIDE`] bytes, which every bind group binds: each call copies its parameter
+    /// block here in its own command encoder, before its passes (see [`WgpuBackend::record`]).
     params: wgpu::Buffer,
+    /// Immutable copies of recent calls' parameters, laid out as in `params`, the most recent
+    /// last. Copied inside the encoder, never written with `Queue::write_buffer` (which lands at
+    /// the next submit): so calls recorded into an engine's encoders before its submit, and calls
+    /// that submit meanwhile, each read their own parameters.
+    param_blocks: Mutex<ArrayVec<(LaunchParams, wgpu::Buffer), PARAM_BLOCKS_KEPT>>,
     /// Bound where a kernel's log-probability output is not asked for.
     unused_output: wgpu::Buffer,
     pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
@@ -127,9 +139,6 @@ pub struct WgpuBackend {
     /// so a decode loop that samples the same buffers step after step makes none (wgpu
     /// allocates for each). A bind group keeps its buffers alive, so only a few are kept.
     bind_groups: Mutex<HashMap<(&'static str, usize), KeptBindGroups>>,
-    /// What the parameter buffer holds (its first bytes; the rest unwritten yet). Held from the
-    /// parameter write to the submit, so concurrent calls cannot swap parameters.
-    submit: Mutex<ArrayVec<u8, { MAX_LAUNCHES * PARAMS_STRIDE }>>,
     /// Where the device has TIMESTAMP_QUERY: what [`WgpuBackend::time_launches`] writes to.
     timestamps: Option<Timestamps>,
     /// Inside [`WgpuBackend::time_launches`], how many launches it has timed so far.
@@ -138,8 +147,8 @@ pub struct WgpuBackend {
     /// resident; on a CPU adapter (lavapipe) few, as each workgroup there has a fixed cost.
     target_groups: u32,
     /// The scratch of split and staged launches and the split rows' arrival counters (see
-    /// [`Scratch`]), behind the lock that keeps one call's launches adjacent on the queue, so no
-    /// other call's launches land between two stages.
+    /// [`Scratch`]). A call records all its launches into one encoder at once, so they stay
+    /// adjacent on the queue and no other call's launches land between two stages.
     scratch: Mutex<Scratch<wgpu::Buffer>>,
     /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
     /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
@@ -330,7 +339,7 @@ impl WgpuBackend {
             pipelines: Mutex::default(),
             pipeline_cache,
             bind_groups: Mutex::default(),
-            submit: Mutex::default(),
+            param_blocks: Mutex::default(),
             timestamps,
             timing: Mutex::default(),
             target_groups,
@@ -388,18 +397,24 @@ impl WgpuBackend {
         Ok((out, LaunchTime { elapsed: Duration::from_secs_f64(ns * 1e-9), clock: Clock::Device }))
     }
 
-    /// Where a launch inside [`WgpuBackend::time_launches`] writes its pass's timestamps (see
-    /// [`Timestamps`]); `None` outside it or without timestamps.
-    fn timestamp_writes(&self) -> Result<Option<wgpu::ComputePassTimestampWrites<'_>>> {
-        let Some(ts) = &self.timestamps else { return Ok(None) };
+    /// Inside [`WgpuBackend::time_launches`] with timestamps, how many launches it timed before
+    /// these `launches`, which it counts (see [`Timestamps`]); `None` outside it or without
+    /// timestamps. An engine's encoder (`engine`) is refused there: its passes would run after
+    /// `time_launches` reads the clock.
+    fn timed_before(&self, launches: u32, engine: bool) -> Result<Option<u32>> {
+        if self.timestamps.is_none() {
+            return Ok(None);
+        }
         let mut timing = self.timing.lock().map_err(|_| device_error("timing lock poisoned"))?;
         let Some(timed) = timing.as_mut() else { return Ok(None) };
-        *timed += 1;
-        Ok(Some(wgpu::ComputePassTimestampWrites {
-            query_set: &ts.set,
-            beginning_of_pass_write_index: (*timed == 1).then_some(0),
-            end_of_pass_write_index: Some(1),
-        }))
+        if engine {
+            return Err(device_error(
+                "time_launches times calls that submit, not ones recorded into an engine's encoder",
+            ));
+        }
+        let before = *timed;
+        *timed += launches;
+        Ok(Some(before))
     }
 
     /// Maps `staging` (MAP_READ, its copy already submitted), waits for it, and returns its first
@@ -453,6 +468,12 @@ impl WgpuBackend {
     /// The device this backend launches on.
     pub fn device(&self) -> &wgpu::Device {
         &self.device
+    }
+
+    /// The queue this backend submits to, where an engine submits the encoders it records steps
+    /// into ([`crate::Sampler::step_into`]).
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
     }
 
     /// The pipeline cache's data, for an engine to save and pass to
@@ -531,13 +552,67 @@ impl WgpuBackend {
         Ok(group)
     }
 
-    /// Records a job's launches (see `launch::Plan`) in one command buffer, each in its own pass
-    /// with its own slot of the parameter buffer, and submits them at once.
+    /// The parameter block of launches with parameters `key`: from those kept, or made (and
+    /// kept, dropping the oldest).
+    fn param_block(&self, key: &LaunchParams) -> Result<wgpu::Buffer> {
+        let mut kept = self.param_blocks.lock().map_err(|_| device_error("parameter blocks poisoned"))?;
+        if let Some((_, block)) = kept.iter().find(|(k, _)| k == key) {
+            return Ok(block.clone());
+        }
+        let mut bytes = [0u8; MAX_LAUNCHES * PARAMS_STRIDE];
+        for (i, params) in key.iter().enumerate() {
+            bytes[i * PARAMS_STRIDE..i * PARAMS_STRIDE + 16].copy_from_slice(bytemuck::cast_slice(params));
+        }
+        let block = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("sampling-kernels parameter block"),
+            contents: &bytes[..(key.len().max(1) - 1) * PARAMS_STRIDE + 16],
+            usage: wgpu::BufferUsages::COPY_SRC,
+        });
+        if kept.is_full() {
+            kept.remove(0);
+        }
+        kept.push((key.clone(), block.clone()));
+        Ok(block)
+    }
+
+    /// Records a validated job's launches (see `launch::Plan`) into `encoder`: a copy of the
+    /// call's parameter block into the parameter buffer, then each launch in its own pass with
+    /// its own slot of it. Submits nothing; `engine` says the encoder is an engine's, which
+    /// `time_launches` cannot time (its passes run after the clock is read).
+    ///
+    /// Everything that can fail (a missing feature, a pipeline, a bind group) is done before the
+    /// first command is recorded, so an error leaves an engine's encoder as it was: a split
+    /// launch recorded without the launch that clears its counters would corrupt later calls.
+    /// What wgpu validates as commands are recorded (nothing these checked launches should
+    /// fail) it reports where it reports an encoder's errors: at `finish` and `submit`.
     /// A launch whose kernel needs a feature the device lacks is refused, unless it visits no
     /// row (a step without seeded or filtered rows on a device without float64): that one is
     /// left out, so such a device still samples the rows it can.
-    fn dispatch(&self, plan: Plan<Bound<'_>>) -> Result<()> {
-        let mut pipelines: ArrayVec<(&Launch<Bound<'_>>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> = ArrayVec::new();
+    pub(crate) fn record(&self, encoder: &mut wgpu::CommandEncoder, job: Job<'_, Self>, engine: bool) -> Result<()> {
+        let (target_groups, block, split_filters) =
+            (self.target_groups, crate::generated::WGPU_BLOCK, self.split_filters);
+        // Held while recording, so a call that grows the scratch cannot come between.
+        let mut scratch = self.scratch.lock().map_err(|_| device_error("scratch lock poisoned"))?;
+        let (len, zeros) = (
+            |b: &wgpu::Buffer| b.size() as usize / 4,
+            |name: &str, words| Ok(scratch_buffer(&self.device, name, words)),
+        );
+        scratch.fit(&job, target_groups, block, split_filters, Share::All, len, zeros)?;
+        let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
+        let split = Split {
+            target_groups,
+            block,
+            partials,
+            counters,
+            split_filters,
+            portable: self.portable,
+            side: None,
+            cut_here_groups: CUT_HERE_GROUPS,
+            // WGSL merges a split row in a dispatch of its own.
+            merge_dispatch: true,
+        };
+        let plan = Launch::plan(&job, &split)?;
+        let mut launches: ArrayVec<(&Launch<Bound<'_>>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> = ArrayVec::new();
         for launch in &plan {
             if let Some(feature) = self.missing_feature(launch.kernel) {
                 if launch.visits_no_row() {
@@ -545,36 +620,35 @@ impl WgpuBackend {
                 }
                 return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature });
             }
-            pipelines.push((launch, self.pipeline(launch.kernel)?));
+            launches.push((launch, self.pipeline(launch.kernel)?));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let params = self.param_block(&launches.iter().map(|(launch, _)| launch.params).collect())?;
+        let mut groups: ArrayVec<wgpu::BindGroup, MAX_LAUNCHES> = ArrayVec::new();
+        for (i, (launch, pipeline)) in launches.iter().enumerate() {
+            groups.push(self.bind_group(launch, pipeline, i * PARAMS_STRIDE)?);
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(device_error(format!("kernel {}: {e}", plan[0].kernel.name)));
+        }
+        let timed = self.timed_before(launches.len() as u32, engine)?;
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let mut params = [0u8; MAX_LAUNCHES * PARAMS_STRIDE];
-        let mut encoder = self.device.create_command_encoder(&Default::default());
-        for (i, (launch, pipeline)) in pipelines.iter().enumerate() {
-            let slot = i * PARAMS_STRIDE;
-            params[slot..slot + 16].copy_from_slice(bytemuck::cast_slice(&launch.params));
-            let bind_group = self.bind_group(launch, pipeline, slot)?;
-            let timestamp_writes = self.timestamp_writes()?;
+        encoder.copy_buffer_to_buffer(&params, 0, &self.params, 0, params.size());
+        for (i, ((launch, pipeline), group)) in launches.iter().zip(&groups).enumerate() {
+            let timestamp_writes = match (timed, &self.timestamps) {
+                (Some(before), Some(ts)) => Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &ts.set,
+                    beginning_of_pass_write_index: (before + i as u32 == 0).then_some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+                _ => None,
+            };
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
+            pass.set_bind_group(0, group, &[]);
             pass.dispatch_workgroups(launch.work.groups(crate::generated::WGPU_BLOCK, max_groups), 1, 1);
         }
-        let mut written = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
-        // A decode loop launches the same shapes step after step: their parameters are written
-        // once (each write allocates inside wgpu).
-        let used = &params[..(pipelines.len().max(1) - 1) * PARAMS_STRIDE + 16];
-        if !written.starts_with(used) {
-            self.queue.write_buffer(&self.params, 0, used);
-            written.clear();
-            written.extend(used.iter().copied());
-        }
-        self.queue.submit([encoder.finish()]);
-        match pollster::block_on(scope.pop()) {
-            Some(e) => Err(device_error(format!("kernel {}: {e}", plan[0].kernel.name))),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
@@ -612,7 +686,7 @@ impl Backend for WgpuBackend {
         });
         Ok(WgpuBuffer { buffer, offset: 0, len, _elem: PhantomData })
     }
-    fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
+    unsafe fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
         // wgpu writes whole words: only a write of an odd number of 16-bit values is copied
         // (and padded), so the per-step writes of row records and row lists allocate nothing here.
         let bytes = bytemuck::cast_slice::<T, u8>(data);
@@ -657,29 +731,15 @@ impl Backend for WgpuBackend {
         let runnable = crate::kernels::all().iter().filter(used).filter(|k| self.missing_feature(k).is_none());
         runnable.map(|k| self.pipeline(k)).try_fold(0, |n, p| p.map(|_| n + 1))
     }
+    /// Records the job into an encoder of its own (see [`WgpuBackend::record`]) and submits it.
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
-        let (target_groups, block, split_filters) =
-            (self.target_groups, crate::generated::WGPU_BLOCK, self.split_filters);
-        let mut scratch = self.scratch.lock().map_err(|_| device_error("scratch lock poisoned"))?;
-        let (len, zeros) = (
-            |b: &wgpu::Buffer| b.size() as usize / 4,
-            |name: &str, words| Ok(scratch_buffer(&self.device, name, words)),
-        );
-        scratch.fit(&job, target_groups, block, split_filters, Share::All, len, zeros)?;
-        let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
-        let split = Split {
-            target_groups,
-            block,
-            partials,
-            counters,
-            split_filters,
-            portable: self.portable,
-            side: None,
-            cut_here_groups: CUT_HERE_GROUPS,
-            // WGSL merges a split row in a dispatch of its own.
-            merge_dispatch: true,
-        };
-        let plan = Launch::plan(&job, &split)?;
-        self.dispatch(plan)
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        self.record(&mut encoder, job, false)?;
+        self.queue.submit([encoder.finish()]);
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(device_error(e)),
+            None => Ok(()),
+        }
     }
 }

@@ -7,6 +7,7 @@ pub mod murmur;
 pub mod philox;
 pub mod race;
 pub mod softmax;
+pub mod stage;
 
 pub use race::{argmax, race_scores, seeded_scores};
 pub use softmax::{sglang_logprobs, softmax, softmax_f32};

@@ -88,8 +88,8 @@ const BENCHES: [&str; 2] = ["kernels", "mixed"];
 
 /// The test binaries that exercise the device backends (the others are host-only, and the
 /// command-line tests look for binaries at this machine's paths).
-const ON_DEVICE: [&str; 8] =
-    ["backends", "seeded", "policy", "properties", "sampler", "filters", "allocations", "generated_code"];
+const ON_DEVICE: [&str; 9] =
+    ["backends", "seeded", "policy", "properties", "sampler", "filters", "allocations", "generated_code", "stage"];
 
 /// One line of cargo's `--message-format=json`: only built artifacts matter here.
 #[derive(serde::Deserialize)]
@@ -159,7 +159,7 @@ pub fn run(root: &Path) -> Result<(), String> {
             total += std::fs::metadata(&dst).map_err(|e| e.to_string())?.len();
         }
     }
-    // The seeded sampler's golden vectors travel with the bundle (it has no repository beside it).
+    // The golden vectors travel with the bundle (it has no repository beside it).
     std::fs::create_dir_all(dir.join("golden")).map_err(|e| e.to_string())?;
     for name in [
         "seeded_golden.json",
@@ -167,6 +167,7 @@ pub fn run(root: &Path) -> Result<(), String> {
         "seeded_golden_probs.npy",
         "sglang_filtered.json",
         "sglang_filtered.npy",
+        "stage_golden.json",
     ] {
         std::fs::copy(root.join("tests/data").join(name), dir.join("golden").join(name))
             .map_err(|e| format!("tests/data/{name}: {e}"))?;

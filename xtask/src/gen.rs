@@ -26,7 +26,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
          use crate::kernels::KernelSource;\n\n",
     );
     manifest.push_str(&format!(
-        "/// Invocations per workgroup in every WGSL shader.\npub const WGPU_BLOCK: u32 = {};\n",
+        "/// Invocations per workgroup in every WGSL shader.\n#[cfg(feature = \"wgpu\")]\npub const WGPU_BLOCK: u32 = {};\n",
         wgpu.block
     ));
     manifest.push_str(&format!("/// Threads per block on compute capability 7.x and 8.x (tuned for the T4).\npub const CUDA_BLOCK_SM75: u32 = {};\n", sm75.block));

@@ -1,10 +1,12 @@
 //! `cargo xtask ptx-report`: every kernel through NVRTC and `ptxas -v` for sm_75 and sm_90, with
 //! registers, shared memory, spills and the theoretical occupancy on a T4 and an H200 (per-SM
 //! limits from the CUDA C Programming Guide's table of compute capabilities 7.5 and 9.0). Fails if
-//! a kernel spills on either target, but for the spills of [`KNOWN_SPILLS`].
+//! a kernel spills on either target, but for the spills of [`KNOWN_SPILLS`]. Each PTX is assembled
+//! as the backend hands it to the oldest driver it supports: with the `.version` of
+//! [`ptx_isa::OLDEST_ISA`], which ptxas refuses for an instruction that needs a later ISA.
 
 use crate::tuning::{self, Target};
-use crate::{cuda_tools, kernels};
+use crate::{cuda_tools, kernels, ptx_isa};
 use std::process::Command;
 
 /// Spills that are known and left (`docs/registers.md`): `seeded_logits` on sm_90 stores the
@@ -129,6 +131,8 @@ pub fn run() -> Result<(), String> {
     }
     let dir = std::env::temp_dir().join("sampling-kernels-ptx");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (major, minor) = ptx_isa::OLDEST_ISA;
+    println!("Assembled at PTX ISA {major}.{minor}, the oldest supported driver's.\n");
     println!("| kernel | arch | threads | registers | shared B | spill st/ld B | blocks/SM | occupancy | f64 ops |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
@@ -155,7 +159,9 @@ pub fn run() -> Result<(), String> {
             };
             let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| format!("{}: {e}", k.name))?;
             let path = dir.join(format!("{}_{}.ptx", k.name, sm.arch));
-            std::fs::write(&path, ptx.to_src()).map_err(|e| e.to_string())?;
+            let src = ptx.to_src();
+            let src = ptx_isa::lower_ptx(&src, ptx_isa::OLDEST_ISA).unwrap_or(src);
+            std::fs::write(&path, &src).map_err(|e| e.to_string())?;
             let out = Command::new(&ptxas)
                 .args(["-arch", sm.arch, "-v", "-o", "/dev/null"])
                 .arg(&path)
@@ -165,7 +171,7 @@ pub fn run() -> Result<(), String> {
                 return Err(format!("ptxas {} {}: {}", k.name, sm.arch, String::from_utf8_lossy(&out.stderr)));
             }
             let usage = parse(&String::from_utf8_lossy(&out.stderr));
-            let f64_ops = float64_ops(&ptx.to_src());
+            let f64_ops = float64_ops(&src);
             let (blocks, occ) = occupancy(sm, block, &usage);
             println!(
                 "| {} | {} | {block} | {} | {} | {}/{} | {blocks} | {:.0}% | {f64_ops} |",

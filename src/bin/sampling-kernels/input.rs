@@ -104,7 +104,10 @@ impl<B: Backend> Input<B> {
         let mut tokens = backend.zeros::<u32>(rows.len())?;
         let mut status = backend.zeros::<u32>(rows.len())?;
         let mut logprobs = if with_logprobs { Some(backend.zeros::<f32>(rows.len())?) } else { None };
-        let out = Output { tokens: &mut tokens, logprobs: logprobs.as_mut(), status: Some(&mut status), passes: None };
+        let mut out = Output::new(&mut tokens).with_status(&mut status);
+        if let Some(logprobs) = logprobs.as_mut() {
+            out = out.with_logprobs(logprobs);
+        }
         let params = || backend.upload(rows);
         match self {
             Input::Logits(values) => Sampler::new(backend, rows.len())?.step(shape, values.get(), rows, out),
