@@ -63,6 +63,50 @@ fn every_cuda_file_compiles_with_nvrtc_for_sm75_and_sm90() {
     common::report("nvrtc", "ran", "every_cuda_file_compiles", "NVRTC");
 }
 
+/// CUDA merges a split row in the parts' own launch: each part stores its record, fences
+/// (`membar.gl`, or a `.gpu` fence) and counts itself in with a global atomic add; the part that
+/// completes the count fences again, then reads the others' records with volatile loads (from L2,
+/// never a stale L1 line). Checked on the PTX NVRTC writes, so neither the emitter nor the
+/// optimiser can drop the order unseen.
+#[cfg(feature = "cuda")]
+#[test]
+fn split_rows_fence_before_the_count_and_load_volatile_after() {
+    use sampling_kernels::backend::cuda::{build_target, compile, nvrtc_present, Optimisation};
+    if !nvrtc_present() {
+        assert!(!common::in_ci(), "CI=true requires libnvrtc (the nvidia-cuda-nvrtc wheel on LD_LIBRARY_PATH)");
+        common::report("nvrtc", "not-run", "split_rows_fence", "absent");
+        return;
+    }
+    let fence = |l: &str| l.starts_with("membar.gl") || (l.starts_with("fence.") && l.contains(".gpu"));
+    let merging: Vec<&KernelSource> = kernels().iter().filter(|k| k.merges && k.cuda.is_some()).collect();
+    assert!(merging.len() >= 10, "{} kernels merge split rows", merging.len());
+    for k in merging {
+        let (arch, block) = build_target(k, 9);
+        let ptx = compile(k, arch, block, Optimisation::Full).unwrap_or_else(|e| panic!("{}: {e}", k.name)).to_src();
+        let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+        let counts: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].starts_with("atom.global.add")).collect();
+        assert!(!counts.is_empty(), "{}: no count", k.name);
+        for &i in &counts {
+            let stored = lines[..i].iter().rposition(|l| l.starts_with("st.global"));
+            let fenced = lines[..i].iter().rposition(|l| fence(l));
+            assert!(
+                fenced > stored && fenced.is_some(),
+                "{}: the count at PTX line {i} has no fence after the record's stores",
+                k.name
+            );
+            let after = &lines[i..];
+            let refenced =
+                after.iter().position(|l| fence(l)).unwrap_or_else(|| panic!("{}: no fence after the count", k.name));
+            assert!(
+                after[refenced..].iter().any(|l| l.starts_with("ld.volatile.global") || l.starts_with("ld.global.cg")),
+                "{}: the merge reads no record with a volatile load",
+                k.name
+            );
+        }
+    }
+    common::report("nvrtc", "ran", "split_rows_fence", "NVRTC");
+}
+
 /// Read from the tree, not from the writer: a file hand-added to `kernels/` or `shaders/`, or one
 /// gen no longer writes, lacks the header or names no kernel of the manifest; a function file
 /// no kernel takes is one gen no longer writes.
