@@ -53,9 +53,9 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
 }
 #define sk_load_x(i) sk_f16(x[i])
 
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
 __shared__ unsigned long long sk_red_u64[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -70,9 +70,9 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
+#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
-#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_scan.cuh"
@@ -150,8 +150,9 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
 #include "functions/sk_for_each_read.cuh"
-#include "functions/sk_write_results_as_2.cuh"
-#include "functions/sk_row_max.cuh"
+#include "functions/sk_decide_4.cuh"
+#include "functions/sk_decide_5.cuh"
+#include "functions/sk_merge_row_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -191,12 +192,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here(slot, parts, part, row, temp, base, mp, noisy, col_lo, col_hi, merges);
+                {
+                    unsigned int row_slot = slot;
+                    unsigned int row_go = 0u;
+                    row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+                    if ((row_go == 1u)) {
+                        sk_cut_here(part, parts, row_slot, row, temp, base, mp, noisy, col_lo, col_hi, merges);
+                    }
+                }
             }
             bool min_p_raced = false;
             if (min_p_cut) {
-                top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
-                min_p_raced = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] >= 2u);
+                unsigned int row_go = 0u;
+                row_go = sk_block_max_u32(partials[((((slot * parts) + 0u) * 1317u) + 1285u)]);
+                top_p_cut = (row_go == 1u);
+                min_p_raced = (row_go >= 2u);
             }
             if (merges) {
                 if (one_read) {
@@ -227,7 +237,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                                 }
                             }
                         } else {
-                            sk_row_max(parts, slot, kc, kk, pp, k_first, mp, base, temp, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                            {
+                                float m = sk_bitcast<float>(4286578688u);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_max
+                                    m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
+                                }
+                                float row_m = (0.0f);
+                                row_m = sk_block_max_f32(m);
+                                float s = (0.0f);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::parts_mass
+                                    float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
+                                    if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
+                                    }
+                                }
+                                float row_s = (0.0f);
+                                row_s = sk_block_sum_f32(s);
+                                if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                                    sk_merge_row_2(kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, temp, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                                }
+                            }
                         }
                     }
                 }

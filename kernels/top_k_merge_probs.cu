@@ -47,9 +47,9 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
 }
 #define sk_load_x(i) x[i]
 
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
 __shared__ unsigned long long sk_red_u64[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -64,9 +64,9 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
+#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
-#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_scan.cuh"
@@ -105,14 +105,14 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_rank_listed.cuh"
 #include "functions/sk_gather.cuh"
 #include "functions/sk_select_step_4.cuh"
-#include "functions/sk_choose_bin_2.cuh"
 #include "functions/sk_read_step_16.cuh"
+#include "functions/sk_choose_bin_2.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_cut_part_8.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_17.cuh"
-#include "functions/sk_merge_row_2.cuh"
+#include "functions/sk_merge_row_3.cuh"
 #include "functions/sk_cut_part_9.cuh"
 #include "functions/sk_read_step_50.cuh"
 #include "functions/sk_read_step_18.cuh"
@@ -122,7 +122,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_race_one_5.cuh"
 #include "functions/sk_race_tied_range_2.cuh"
 #include "functions/sk_select_in_range_6.cuh"
-#include "functions/sk_write_results_as_3.cuh"
+#include "functions/sk_write_results_as_2.cuh"
 #include "functions/sk_read_step_54.cuh"
 #include "functions/sk_merge_2.cuh"
 #include "functions/sk_digit_counts_7.cuh"
@@ -135,12 +135,13 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_select_in_range_8.cuh"
 #include "functions/sk_attempt_cut_6.cuh"
 #include "functions/sk_cut_row_2.cuh"
-#include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_merge_cut_2.cuh"
+#include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_find_set_5.cuh"
 #include "functions/sk_sweep_2.cuh"
-#include "functions/sk_write_results_as_4.cuh"
-#include "functions/sk_row_max_2.cuh"
+#include "functions/sk_decide_6.cuh"
+#include "functions/sk_decide_5.cuh"
+#include "functions/sk_merge_row_4.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -182,7 +183,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             if ((cut_here && (top_p_cut || min_p_cut))) {
                 {
                     unsigned int row_slot = slot;
-                    if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
+                    unsigned int row_go = 0u;
+                    row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+                    if ((row_go == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
                         col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
@@ -218,8 +221,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             }
             bool min_p_raced = false;
             if (min_p_cut) {
-                top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
-                min_p_raced = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] >= 2u);
+                unsigned int row_go = 0u;
+                row_go = sk_block_max_u32(partials[((((slot * parts) + 0u) * 1317u) + 1285u)]);
+                top_p_cut = (row_go == 1u);
+                min_p_raced = (row_go >= 2u);
             }
             if (merges) {
                 if (one_read) {
@@ -250,7 +255,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                                 }
                             }
                         } else {
-                            sk_row_max_2(parts, slot, kc, kk, pp, k_first, mp, base, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                            {
+                                float m = sk_bitcast<float>(4286578688u);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_max
+                                    m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
+                                }
+                                float row_m = (0.0f);
+                                row_m = sk_block_max_f32(m);
+                                float s = (0.0f);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::parts_mass
+                                    float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
+                                    if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
+                                    }
+                                }
+                                float row_s = (0.0f);
+                                row_s = sk_block_sum_f32(s);
+                                if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                                    sk_merge_row_4(kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                                }
+                            }
                         }
                     }
                 }

@@ -44,6 +44,7 @@ __shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
+__shared__ unsigned int sk_many_u32[128];
 __shared__ __align__(16) unsigned int part_keys[4096];
 __shared__ __align__(16) unsigned int part_hist[2064];
 
@@ -52,6 +53,7 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
+#include "functions/sk_block_sums_u32_3.cuh"
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_log.cuh"
 #include "functions/sk_philox.cuh"
@@ -62,12 +64,12 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_for_each_word_4.cuh"
 #include "functions/sk_read_step_36.cuh"
 #include "functions/sk_read_step_37.cuh"
+#include "functions/sk_read_part_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_histogram_part_2.cuh"
-#include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25808 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25808 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {

@@ -39,18 +39,18 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
 }
 #define sk_load_x(i) sk_f16(x[i])
 
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
 __shared__ unsigned long long sk_red_u64[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_many_u32[96];
 __shared__ __align__(16) unsigned int cut_listing[1];
 
+#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
-#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sums_u32_2.cuh"
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_block_argmax_f64.cuh"
@@ -109,7 +109,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e1 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            unsigned int row_go = 0u;
+            row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
                 sk_cut_part_14(row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
             }
         }

@@ -33,18 +33,18 @@ __device__ __forceinline__ To sk_bitcast(From x) {
 }
 #define sk_load_x(i) x[i]
 
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
 __shared__ unsigned long long sk_red_u64[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_many_u32[96];
 __shared__ __align__(16) unsigned int cut_listing[1];
 
+#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
-#include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sums_u32_2.cuh"
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_block_argmax_f64.cuh"
@@ -102,14 +102,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e1 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            unsigned int row_go = 0u;
+            row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
                 {
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
                     float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
                     float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
                     unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
                     float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
-                    float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
+                    float part_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                     bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -134,9 +136,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int best64_i = 4294967295u;
                     if (cut_seeded) {
-                        sk_cut_part_19(col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, cut_counts, min_above, best64, best64_i, m_range, min_range, max_range_v, max_below_v);
+                        sk_cut_part_19(col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, cut_counts, min_above, best64, best64_i, m_range, min_range, max_range_v, max_below_v);
                     } else {
-                        sk_cut_part_18(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i);
+                        sk_cut_part_18(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i);
                     }
                     __threadfence();
                     unsigned int part_n_above = 0u;
@@ -145,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     unsigned long long part_m_range = 0ull;
                     part_m_range = sk_block_sum_u64(m_range);
                     float part_w_below = (0.0f);
-                    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == cut_mx) ? (1.0f) : (max_below_v / cut_mx))));
+                    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == part_mx) ? (1.0f) : (max_below_v / part_mx))));
                     unsigned int part_min_above_not = 0u;
                     part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_min_range_not = 0u;
@@ -196,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                 float rt_z_x = sk_load_x((base + rt_col));
                                 float rt_z = (((rt_z_x > (0.0f)) && (rt_z_x < sk_bitcast<float>(2139095040u))) ? rt_z_x : (0.0f));
                                 float rt_ov = rt_z;
-                                if (((mp <= (0.0f)) || (((rt_ov == cut_mx) ? (1.0f) : (rt_ov / cut_mx)) >= mp))) {
+                                if (((mp <= (0.0f)) || (((rt_ov == part_mx) ? (1.0f) : (rt_ov / part_mx)) >= mp))) {
                                     if (cut_seeded) {
                                         sk_race_one_7(rt_z, noisy, row, rt_col, bestr64, bestr64_i);
                                     } else {
@@ -243,16 +245,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e71) ? li3 : (sk_e71 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                             }
                         }

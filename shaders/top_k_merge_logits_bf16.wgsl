@@ -22,9 +22,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> partials: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -54,9 +54,9 @@ fn sk_load_x(i: u32) -> f32 {
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 // The crate puts these files before this one:
+// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u64.wgsl
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_block_scan.wgsl
@@ -84,6 +84,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_read_step_38.wgsl
@@ -119,6 +120,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_write_results_as.wgsl
 // shaders/functions/sk_merge_3.wgsl
 // shaders/functions/sk_cut_part_4.wgsl
+// shaders/functions/sk_cut_here_2.wgsl
 // shaders/functions/sk_attempt_cut_7.wgsl
 // shaders/functions/sk_digit_counts_6.wgsl
 // shaders/functions/sk_race_3.wgsl
@@ -131,10 +133,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_for_each_read.wgsl
-// shaders/functions/sk_write_results_as_5.wgsl
-// shaders/functions/sk_row_max_5.wgsl
-// shaders/functions/sk_merge_kernel.wgsl
-// shaders/functions/sk_for_each_row_group_at.wgsl
+// shaders/functions/sk_decide_4.wgsl
+// shaders/functions/sk_decide_5.wgsl
+// shaders/functions/sk_merge_row_5.wgsl
+// shaders/functions/sk_merge_kernel_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -143,7 +145,49 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var parts: u32 = max((params.flags >> 16u), 1u);
         var cut_here: bool = ((params.flags & 64u) != 0u);
         for (var group: u32 = sk_wid.x; group < (params.batch * select(1u, parts, cut_here)); group = group + sk_nwg.x) {
-            sk_for_each_row_group_at(sk_lid, group, cut_here, parts);
+            // built by kernels::abi::for_each_row_group_at
+            var slot: u32 = (group / select(1u, parts, cut_here));
+            var part: u32 = (group - (slot * select(1u, parts, cut_here)));
+            var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
+            var base: u32 = (row * params.stride);
+            var col_lo: u32 = 0u;
+            var col_hi: u32 = params.vocab;
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var k_raw: u32 = rows[((row * 12u) + 2u)];
+            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
+            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
+            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
+            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
+            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
+            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
+            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            if (((!((params.flags & 8u) != 0u)) || filtered)) {
+                // built by kernels::filter_top_k::merge_kernel
+                var one_read_done: bool = false;
+                var has_k: bool = (kk < params.vocab);
+                var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
+                var kc: u32 = select(kk, 256u, capped);
+                let sk_e0: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+                var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+                let sk_e1: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+                var reads_before: u32 = select(0u, 1u, one_read);
+                var merges: bool = (part == 0u);
+                if ((cut_here && (top_p_cut || min_p_cut))) {
+                    sk_cut_here_2(sk_lid, slot, parts, part, row, temp, base, mp, noisy, &col_lo, &col_hi, &merges);
+                }
+                var min_p_raced: bool = false;
+                if (min_p_cut) {
+                    sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
+                }
+                if (merges) {
+                    sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                }
+            }
         }
     } else {
         // built by last_part::lower
@@ -175,17 +219,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e459: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e459 + 1u)] == 1u) && (rows[(sk_e459 + 6u)] == 1u)))));
+                let sk_e456: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e456 + 1u)] == 1u) && (rows[(sk_e456 + 6u)] == 1u)))));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e460: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e460 + 1u)] == 1u) && (rows[(sk_e460 + 6u)] == 1u))));
+                let sk_e457: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e457 + 1u)] == 1u) && (rows[(sk_e457 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {
                     {
                         var row_slot: u32 = slot;
-                        if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
+                        var row_go: u32 = 0u;
+                        row_go = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]));
+                        if ((row_go == 1u)) {
                             col_lo = min(((part * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
                             col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
                             col_lo = 0u;
@@ -206,12 +252,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (sk_merging) {
                     var min_p_raced: bool = false;
                     if (min_p_cut) {
-                        // built by kernels::filter_top_k::merge_kernel
-                        top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
-                        min_p_raced = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) >= 2u);
+                        sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                     }
                     if (merges) {
-                        sk_merge_kernel(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                        sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                     }
                 }
             }

@@ -22,9 +22,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> partials: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -53,9 +53,9 @@ fn sk_load_x(i: u32) -> f32 {
     return x[i];
 }
 // The crate puts these files before this one:
+// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u64.wgsl
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_block_scan.wgsl
@@ -80,6 +80,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_7.wgsl
 // shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_race_one_4.wgsl
+// shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_read_step_49.wgsl
@@ -92,17 +93,17 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_sweep_4.wgsl
 // shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_decide_3.wgsl
-// shaders/functions/sk_rank_listed.wgsl
 // shaders/functions/sk_read_step_52.wgsl
+// shaders/functions/sk_rank_listed.wgsl
 // shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_select_step_4.wgsl
-// shaders/functions/sk_choose_bin_2.wgsl
 // shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_choose_bin_2.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_17.wgsl
-// shaders/functions/sk_merge_row_2.wgsl
+// shaders/functions/sk_merge_row_3.wgsl
 // shaders/functions/sk_cut_part_9.wgsl
 // shaders/functions/sk_read_step_50.wgsl
 // shaders/functions/sk_read_step_18.wgsl
@@ -111,7 +112,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_one_5.wgsl
 // shaders/functions/sk_race_tied_range_2.wgsl
 // shaders/functions/sk_select_in_range_6.wgsl
-// shaders/functions/sk_write_results_as_3.wgsl
+// shaders/functions/sk_write_results_as_2.wgsl
 // shaders/functions/sk_read_step_54.wgsl
 // shaders/functions/sk_merge_2.wgsl
 // shaders/functions/sk_cut_part_10.wgsl
@@ -123,14 +124,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_select_in_range_8.wgsl
 // shaders/functions/sk_attempt_cut_6.wgsl
 // shaders/functions/sk_cut_row_2.wgsl
-// shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_merge_cut_2.wgsl
+// shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_find_set_5.wgsl
 // shaders/functions/sk_sweep_2.wgsl
-// shaders/functions/sk_write_results_as_4.wgsl
-// shaders/functions/sk_row_max_2.wgsl
-// shaders/functions/sk_merge_kernel_2.wgsl
+// shaders/functions/sk_decide_6.wgsl
+// shaders/functions/sk_decide_5.wgsl
+// shaders/functions/sk_merge_row_4.wgsl
 // shaders/functions/sk_merge_kernel_3.wgsl
+// shaders/functions/sk_cut_here_3.wgsl
+// shaders/functions/sk_cut_here_4.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -159,7 +162,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
             var filtered: bool = (noisy && (searched || (mp > (0.0f))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
-                sk_merge_kernel_3(sk_lid, kk, k_first, pp, mp, row, filtered, parts, part, cut_here, slot, base, noisy, searched, &col_lo, &col_hi);
+                // built by kernels::filter_top_k::merge_kernel
+                var one_read_done: bool = false;
+                var has_k: bool = (kk < params.vocab);
+                var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
+                var kc: u32 = select(kk, 256u, capped);
+                let sk_e0: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+                var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+                let sk_e1: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+                var reads_before: u32 = select(0u, 1u, one_read);
+                var merges: bool = (part == 0u);
+                if ((cut_here && (top_p_cut || min_p_cut))) {
+                    {
+                        sk_cut_here_4(sk_lid, slot, parts, part, row, base, mp, noisy, &col_lo, &col_hi, &merges);
+                    }
+                }
+                var min_p_raced: bool = false;
+                if (min_p_cut) {
+                    sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
+                }
+                if (merges) {
+                    sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                }
             }
         }
     } else {
@@ -191,17 +217,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e245: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e245 + 1u)] == 1u) && (rows[(sk_e245 + 6u)] == 1u)))));
+                let sk_e242: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e242 + 1u)] == 1u) && (rows[(sk_e242 + 6u)] == 1u)))));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e246: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e246 + 1u)] == 1u) && (rows[(sk_e246 + 6u)] == 1u))));
+                let sk_e243: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e243 + 1u)] == 1u) && (rows[(sk_e243 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {
                     {
                         var row_slot: u32 = slot;
-                        if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
+                        var row_go: u32 = 0u;
+                        row_go = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]));
+                        if ((row_go == 1u)) {
                             col_lo = min(((part * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
                             col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
                             col_lo = 0u;
@@ -222,12 +250,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (sk_merging) {
                     var min_p_raced: bool = false;
                     if (min_p_cut) {
-                        // built by kernels::filter_top_k::merge_kernel
-                        top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
-                        min_p_raced = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) >= 2u);
+                        sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                     }
                     if (merges) {
-                        sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                        sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                     }
                 }
             }

@@ -24,6 +24,10 @@ var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
+var<workgroup> sk_sum_lo: array<atomic<u32>, 3>;
+var<workgroup> sk_sum_hi: array<atomic<u32>, 3>;
+var<workgroup> sk_sums_lo: array<u32, 3>;
+var<workgroup> sk_sums_hi: array<u32, 3>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2048>;
 
@@ -45,6 +49,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
+// shaders/functions/sk_block_sums_u32_3.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_log.wgsl
@@ -59,10 +64,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_for_each_word_2.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
-// shaders/functions/sk_place_cut_3.wgsl
-// shaders/functions/sk_row_max_3.wgsl
 // shaders/functions/sk_read_part_3.wgsl
 // shaders/functions/sk_clear_3.wgsl
+// shaders/functions/sk_place_cut_3.wgsl
+// shaders/functions/sk_row_max.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -283,7 +288,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (sk_merging) {
                         // built by kernels::filter_top_p::histogram_part
                         {
-                            sk_row_max_3(sk_lid, parts, row_slot, pp, kk);
+                            sk_row_max(sk_lid, parts, row_slot, pp, kk);
                         }
                         if ((sk_lid == 0u)) {
                             // built by last_part::merged_and_reset

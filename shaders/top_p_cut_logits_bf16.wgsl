@@ -18,9 +18,9 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> partials: array<u32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -43,9 +43,9 @@ fn sk_load_x(i: u32) -> f32 {
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 // The crate puts these files before this one:
+// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u64.wgsl
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sums_u32_2.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_block_argmax_f64.wgsl
@@ -104,7 +104,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            var row_go: u32 = 0u;
+            row_go = sk_block_max_u32(sk_lid, partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
                 sk_cut_part_14(sk_lid, row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
             }
         }

@@ -18,9 +18,9 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> partials: array<u32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -42,9 +42,9 @@ fn sk_load_x(i: u32) -> f32 {
     return x[i];
 }
 // The crate puts these files before this one:
+// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u64.wgsl
-// shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sums_u32_2.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_block_argmax_f64.wgsl
@@ -102,14 +102,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
-            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            var row_go: u32 = 0u;
+            row_go = sk_block_max_u32(sk_lid, partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
+            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
                 {
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]);
                     var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]);
                     var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
                     var cut_grid_shift: u32 = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
                     var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
-                    var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
+                    var part_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                     var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
@@ -134,9 +136,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                     var best64_i: u32 = 4294967295u;
                     if (cut_seeded) {
-                        sk_cut_part_19(sk_lid, col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &cut_counts, &min_above, &best64, &best64_i, &m_range, &min_range, &max_range_v, &max_below_v);
+                        sk_cut_part_19(sk_lid, col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, &cut_counts, &min_above, &best64, &best64_i, &m_range, &min_range, &max_range_v, &max_below_v);
                     } else {
-                        sk_cut_part_18(sk_lid, cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &cut_counts, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
+                        sk_cut_part_18(sk_lid, cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &cut_counts, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
                     }
                     storageBarrier();
                     var part_n_above: u32 = 0u;
@@ -145,7 +147,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var part_m_range: u64 = 0lu;
                     part_m_range = sk_block_sum_u64(sk_lid, m_range);
                     var part_w_below: f32 = (0.0f);
-                    part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / cut_mx), (1.0f), (max_below_v == cut_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                    part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / part_mx), (1.0f), (max_below_v == part_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                     var part_min_above_not: u32 = 0u;
                     part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                     var part_min_range_not: u32 = 0u;
@@ -196,7 +198,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var rt_z_x: f32 = sk_load_x((base + rt_col));
                                 var rt_z: f32 = select((0.0f), rt_z_x, ((rt_z_x > (0.0f)) && (rt_z_x < bitcast<f32>(2139095040u))));
                                 var rt_ov: f32 = rt_z;
-                                if (((mp <= (0.0f)) || (select((rt_ov / cut_mx), (1.0f), (rt_ov == cut_mx)) >= mp))) {
+                                if (((mp <= (0.0f)) || (select((rt_ov / part_mx), (1.0f), (rt_ov == part_mx)) >= mp))) {
                                     if (cut_seeded) {
                                         sk_race_one_7(rt_z, noisy, row, rt_col, &bestr64, &bestr64_i);
                                     } else {
@@ -243,16 +245,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x(((base + col_lo) + select((sk_e71 - 1u), li3, (li3 < sk_e71))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                             }
                         }

@@ -32,8 +32,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e167 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e167 ? tn64 : (((lim - sel_m) / (sk_e167 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e166 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e166 ? tn64 : (((lim - sel_m) / (sk_e166 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -55,7 +55,7 @@
     unsigned int t_key = 0u; \
     unsigned int t_above = 0u; \
     unsigned int t_at = 0u; \
-    unsigned int t_from = 0u; \
+    unsigned int t_span_from = 0u; \
     unsigned int t_span = 0u; \
     bool t_more = true; \
     unsigned int t_list_lo = 0u; \
@@ -76,7 +76,7 @@
                     unsigned int tk_key = listed_cols[ti]; \
                     unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
-                        sk_within(t_top, t_from, tk, t_span); \
+                        sk_within(t_top, t_span_from, tk, t_span); \
                     } \
                 } \
             } \
@@ -86,30 +86,29 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e168 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e168 < 464u) ? (select_scratch[min(sk_e168, 463u)]) : 0u)); \
+                const unsigned int sk_e167 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e167 < 464u) ? (select_scratch[min(sk_e167, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
-            if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) { \
-                /* built by kernels::select::choose_bin */ \
-                select_scratch[510u] = (t_start + t_run); \
-            } \
-            __syncthreads(); \
-            unsigned int t_total = select_scratch[510u]; \
+            unsigned int t_total = 0u; \
+            t_total = sk_block_sum_u32(t_run); \
             unsigned int t_want = min(ties, (t_above + t_total)); \
             t_run = (t_above + t_start); \
+            unsigned int t_my_bin = 0u; \
+            unsigned int t_my_above = 0u; \
+            unsigned int t_my_at = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
-                sk_choose_bin(t_lo, tj, t_want, t_above, t_run); \
+                sk_choose_bin(t_lo, tj, t_want, t_above, t_run, t_my_bin, t_my_above, t_my_at); \
             } \
-            __syncthreads(); \
-            unsigned int t_chosen = select_scratch[507u]; \
-            unsigned int t_bin_above = select_scratch[508u]; \
-            unsigned int t_bin_at = select_scratch[509u]; \
+            unsigned int t_chosen = 0u; \
+            unsigned int t_bin_above = 0u; \
+            unsigned int t_bin_at = 0u; \
+            sk_block_sums_u32_3(t_my_bin, t_my_above, t_my_at, t_chosen, t_bin_above, t_bin_at); \
             __syncthreads(); \
             t_more = false; \
             if ((t_chosen != 0u)) { \
-                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more); \
+                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_span_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more); \
             } \
         } \
     } \
@@ -124,13 +123,21 @@
             } \
         } \
         __syncthreads(); \
+        unsigned int t_my_key = 0u; \
+        unsigned int t_my_gt = 0u; \
+        unsigned int t_my_eq = 0u; \
         for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) { \
-            sk_rank_listed(ri, t_listed, t_need); \
+            sk_rank_listed(ri, t_listed, t_need, t_my_key, t_my_gt, t_my_eq); \
         } \
-        __syncthreads(); \
-        t_key = select_scratch[507u]; \
-        t_above = (t_above + select_scratch[508u]); \
-        t_at = select_scratch[509u]; \
+        unsigned int t_key_all = 0u; \
+        t_key_all = sk_block_max_u32(t_my_key); \
+        unsigned int t_gt_all = 0u; \
+        t_gt_all = sk_block_max_u32(t_my_gt); \
+        unsigned int t_eq_all = 0u; \
+        t_eq_all = sk_block_max_u32(t_my_eq); \
+        t_key = t_key_all; \
+        t_above = (t_above + t_gt_all); \
+        t_at = t_eq_all; \
     } \
     __syncthreads(); \
     unsigned int t_take = min(t_at, (ties - t_above)); \
@@ -154,11 +161,11 @@
         sk_block_argmax_f64(best64, best64_i, sk_win64, sk_tok64); \
         unsigned int sk_tok = (cut_seeded ? sk_tok64 : sk_tok32); \
         bool sk_valid = (sk_tok < vocab); \
-        const float sk_e173 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
-        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173); \
+        const float sk_e172 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
+        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172); \
         float sk_z = (sk_z_x / temp); \
-        const float sk_e174 = (sk_z - cut_mx); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e174) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e174) >> 31u)) | 2147483648u)); \
+        const float sk_e173 = (sk_z - cut_mx); \
+        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e173) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e173) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \

@@ -32,8 +32,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e110 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e110 ? tn64 : (((lim - sel_m) / (sk_e110 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e109 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e109 ? tn64 : (((lim - sel_m) / (sk_e109 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -55,7 +55,7 @@
     unsigned int t_key = 0u; \
     unsigned int t_above = 0u; \
     unsigned int t_at = 0u; \
-    unsigned int t_from = 0u; \
+    unsigned int t_span_from = 0u; \
     unsigned int t_span = 0u; \
     bool t_more = true; \
     unsigned int t_list_lo = 0u; \
@@ -76,7 +76,7 @@
                     unsigned int tk_key = listed_cols[ti]; \
                     unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
-                        sk_within(t_top, t_from, tk, t_span); \
+                        sk_within(t_top, t_span_from, tk, t_span); \
                     } \
                 } \
             } \
@@ -86,30 +86,29 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e111 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e111 < 464u) ? (select_scratch[min(sk_e111, 463u)]) : 0u)); \
+                const unsigned int sk_e110 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e110 < 464u) ? (select_scratch[min(sk_e110, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
-            if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) { \
-                /* built by kernels::select::choose_bin */ \
-                select_scratch[510u] = (t_start + t_run); \
-            } \
-            __syncthreads(); \
-            unsigned int t_total = select_scratch[510u]; \
+            unsigned int t_total = 0u; \
+            t_total = sk_block_sum_u32(t_run); \
             unsigned int t_want = min(ties, (t_above + t_total)); \
             t_run = (t_above + t_start); \
+            unsigned int t_my_bin = 0u; \
+            unsigned int t_my_above = 0u; \
+            unsigned int t_my_at = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
-                sk_choose_bin_2(t_lo, tj, t_want, t_above, t_run); \
+                sk_choose_bin_2(t_lo, tj, t_want, t_above, t_run, t_my_bin, t_my_above, t_my_at); \
             } \
-            __syncthreads(); \
-            unsigned int t_chosen = select_scratch[507u]; \
-            unsigned int t_bin_above = select_scratch[508u]; \
-            unsigned int t_bin_at = select_scratch[509u]; \
+            unsigned int t_chosen = 0u; \
+            unsigned int t_bin_above = 0u; \
+            unsigned int t_bin_at = 0u; \
+            sk_block_sums_u32_3(t_my_bin, t_my_above, t_my_at, t_chosen, t_bin_above, t_bin_at); \
             __syncthreads(); \
             t_more = false; \
             if ((t_chosen != 0u)) { \
-                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more); \
+                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_span_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more); \
             } \
         } \
     } \
@@ -124,13 +123,21 @@
             } \
         } \
         __syncthreads(); \
+        unsigned int t_my_key = 0u; \
+        unsigned int t_my_gt = 0u; \
+        unsigned int t_my_eq = 0u; \
         for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) { \
-            sk_rank_listed(ri, t_listed, t_need); \
+            sk_rank_listed(ri, t_listed, t_need, t_my_key, t_my_gt, t_my_eq); \
         } \
-        __syncthreads(); \
-        t_key = select_scratch[507u]; \
-        t_above = (t_above + select_scratch[508u]); \
-        t_at = select_scratch[509u]; \
+        unsigned int t_key_all = 0u; \
+        t_key_all = sk_block_max_u32(t_my_key); \
+        unsigned int t_gt_all = 0u; \
+        t_gt_all = sk_block_max_u32(t_my_gt); \
+        unsigned int t_eq_all = 0u; \
+        t_eq_all = sk_block_max_u32(t_my_eq); \
+        t_key = t_key_all; \
+        t_above = (t_above + t_gt_all); \
+        t_at = t_eq_all; \
     } \
     __syncthreads(); \
     unsigned int t_take = min(t_at, (ties - t_above)); \
@@ -162,8 +169,8 @@
             /* built by kernels::filter_top_p::winner_surely_kept */ \
             unsigned int sk_k = listed_cols[i]; \
             if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (listed_cols[(i + 2048u)] < sk_tok))))) { \
-                const float sk_e115 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                sk_ahead = (sk_ahead + sk_fixed(((sk_e115 == cut_mx) ? (1.0f) : (sk_e115 / cut_mx)))); \
+                const float sk_e114 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                sk_ahead = (sk_ahead + sk_fixed(((sk_e114 == cut_mx) ? (1.0f) : (sk_e114 / cut_mx)))); \
             } \
         } \
         unsigned long long sk_ahead_all = 0ull; \

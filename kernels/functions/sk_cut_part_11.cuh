@@ -8,7 +8,7 @@
     float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]); \
     unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
     float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u)); \
-    float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
+    float part_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
     bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u); \
     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
@@ -55,9 +55,9 @@
                 float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
                 float cov = cz; \
                 if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-                    sk_cut_part_9(cov, mp, cut_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
+                    sk_cut_part_9(cov, mp, part_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
                 } else { \
-                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, cut_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
+                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, part_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
             if ((li1 < (col_hi - col_lo))) { \
@@ -66,9 +66,9 @@
                 float cz = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f)); \
                 float cov = cz; \
                 if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-                    sk_cut_part_9(cov, mp, cut_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
+                    sk_cut_part_9(cov, mp, part_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
                 } else { \
-                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, cut_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
+                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, part_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
             if ((li2 < (col_hi - col_lo))) { \
@@ -77,9 +77,9 @@
                 float cz = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f)); \
                 float cov = cz; \
                 if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-                    sk_cut_part_9(cov, mp, cut_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
+                    sk_cut_part_9(cov, mp, part_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
                 } else { \
-                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, cut_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
+                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, part_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
             if ((li3 < (col_hi - col_lo))) { \
@@ -88,14 +88,14 @@
                 float cz = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f)); \
                 float cov = cz; \
                 if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-                    sk_cut_part_9(cov, mp, cut_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
+                    sk_cut_part_9(cov, mp, part_mx, cz, noisy, row, col, cut_counts, min_above, best64, best64_i); \
                 } else { \
-                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, cut_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
+                    sk_cut_part_5(cz, cut_grid_shift, cut_range_from, cov, part_mx, row_slot, parts, part, col, cut_counts, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
         } \
     } else { \
-        sk_cut_part_10(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
+        sk_cut_part_10(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
     } \
     __threadfence(); \
     unsigned int part_n_above = 0u; \
@@ -104,7 +104,7 @@
     unsigned long long part_m_range = 0ull; \
     part_m_range = sk_block_sum_u64(m_range); \
     float part_w_below = (0.0f); \
-    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == cut_mx) ? (1.0f) : (max_below_v / cut_mx)))); \
+    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == part_mx) ? (1.0f) : (max_below_v / part_mx)))); \
     unsigned int part_min_above_not = 0u; \
     part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
     unsigned int part_min_range_not = 0u; \
@@ -155,7 +155,7 @@
                 float rt_z_x = sk_load_x((base + rt_col)); \
                 float rt_z = (((rt_z_x > (0.0f)) && (rt_z_x < sk_bitcast<float>(2139095040u))) ? rt_z_x : (0.0f)); \
                 float rt_ov = rt_z; \
-                if (((mp <= (0.0f)) || (((rt_ov == cut_mx) ? (1.0f) : (rt_ov / cut_mx)) >= mp))) { \
+                if (((mp <= (0.0f)) || (((rt_ov == part_mx) ? (1.0f) : (rt_ov / part_mx)) >= mp))) { \
                     sk_race_tied_range_2(cut_seeded, rt_z, noisy, row, rt_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
             } \
@@ -177,16 +177,16 @@
                     sk_read_step_54(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
             } \
         } \

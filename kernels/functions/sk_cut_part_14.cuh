@@ -9,7 +9,7 @@
         float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]); \
         unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
         float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u)); \
-        float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
+        float part_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
         bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u); \
         unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
         unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
@@ -29,7 +29,7 @@
         float cut_above_from = ((grid_r - cut_lo) + (1.0f)); \
         float cut_range_from = (grid_r - cut_hi); \
         const float sk_e2 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
+        float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
         float cut_x_above = (((cut_above_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp); \
         float cut_x_below = (((cut_range_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp); \
         float max_below_x = sk_bitcast<float>(4286578688u); \
@@ -77,20 +77,20 @@
                     zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
         } else { \
-            sk_cut_part_13(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, cut_counts, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
+            sk_cut_part_13(base, col_lo, col_hi, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, cut_counts, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
         } \
         __threadfence(); \
         unsigned int part_n_above = 0u; \
@@ -100,7 +100,7 @@
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
         const float sk_e82 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e81 = fminf((((max_below_x / temp) - cut_mx) + ((((fabsf(cut_mx) + fabsf((cut_range_from * sk_e82))) + fabsf((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        const float sk_e81 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e82))) + fabsf((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
         part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e81 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e81)))); \
         unsigned int part_min_above_not = 0u; \
         part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
@@ -152,7 +152,7 @@
                     const float sk_e83 = sk_load_x((base + rt_col)); \
                     float rt_z_x = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83); \
                     float rt_z = (rt_z_x / temp); \
-                    float rt_ov = (rt_z - cut_mx); \
+                    float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \
                         if (cut_seeded) { \
                             sk_race_one_6(rt_ov, noisy, row, rt_col, bestr64, bestr64_i); \
@@ -208,16 +208,16 @@
                         zx3 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96); \
                     } \
                     if ((li0 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li1 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li2 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li3 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                 } \
             } \

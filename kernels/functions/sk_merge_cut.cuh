@@ -5,10 +5,14 @@
     /* built by kernels::filter_top_k::merge_kernel */ \
     { \
         unsigned int row_slot = slot; \
-        if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) { \
+        unsigned int row_go = 0u; \
+        row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]); \
+        if ((row_go == 1u)) { \
             /* built by kernels::filter_top_p::merge_cut */ \
             reads_before = 2u; \
-            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
+            unsigned int cut_mx_word = 0u; \
+            cut_mx_word = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]); \
+            float cut_mx = sk_bitcast<float>(cut_mx_word); \
             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u); \
             unsigned int r_n_above = 0u; \
             unsigned int r_n_range = 0u; \

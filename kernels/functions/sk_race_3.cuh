@@ -46,7 +46,8 @@
         } \
     } \
     __syncthreads(); \
-    unsigned int rank_n = rank_count[0u]; \
+    unsigned int rank_n = 0u; \
+    rank_n = sk_block_max_u32(rank_count[0u]); \
     if ((rank_n <= 4096u)) { \
         unsigned int sort_n = 1u; \
         unsigned int sort_log = 0u; \
@@ -85,13 +86,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e416 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e416 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e416) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e413 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e413 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e413) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e417 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e417 + 8u)], rows[(sk_e417 + 9u)], rows[(sk_e417 + 10u)], r))); \
+                const unsigned int sk_e414 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e414 + 8u)], rows[(sk_e414 + 9u)], rows[(sk_e414 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -187,23 +188,23 @@
                         sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \
         } \
         unsigned int rk_found_all = 0u; \
         rk_found_all = sk_block_max_u32(rk_found); \
-        rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (rk_found_all - 1u) : 4294967295u); \
+        rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (4294967295u - rk_found_all) : 4294967295u); \
         rank_done = true; \
     } else { \
         rank_over = true; \

@@ -50,7 +50,8 @@
         } \
     } \
     __syncthreads(); \
-    unsigned int rank_n = rank_count[0u]; \
+    unsigned int rank_n = 0u; \
+    rank_n = sk_block_max_u32(rank_count[0u]); \
     if ((rank_n <= 4096u)) { \
         unsigned int sort_n = 1u; \
         unsigned int sort_log = 0u; \
@@ -89,13 +90,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e238 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e238 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e238) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e235 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e235 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e235) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = sk_log64(((double)rk_v)); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e239 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e239 + 8u)], rows[(sk_e239 + 9u)], rows[(sk_e239 + 10u)], r))); \
+                const unsigned int sk_e236 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e236 + 8u)], rows[(sk_e236 + 9u)], rows[(sk_e236 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -199,23 +200,23 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \
         } \
         unsigned int rk_found_all = 0u; \
         rk_found_all = sk_block_max_u32(rk_found); \
-        rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (rk_found_all - 1u) : 4294967295u); \
+        rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (4294967295u - rk_found_all) : 4294967295u); \
         rank_done = true; \
     } else { \
         rank_over = true; \

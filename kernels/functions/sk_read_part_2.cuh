@@ -6,7 +6,7 @@
     unsigned int t_key = 0u; \
     unsigned int t_above = 0u; \
     unsigned int t_at = 0u; \
-    unsigned int t_from = 0u; \
+    unsigned int t_span_from = 0u; \
     unsigned int t_span = 0u; \
     bool t_more = true; \
     unsigned int t_list_lo = 0u; \
@@ -26,7 +26,7 @@
                     /* built by kernels::select::within */ \
                     unsigned int tk = part_keys[ti]; \
                     if ((tk != 0u)) { \
-                        unsigned int t_in = ((top_key - t_from) - tk); \
+                        unsigned int t_in = ((top_key - t_span_from) - tk); \
                         if ((t_in < t_span)) { \
                             unsigned int t_d = t_in; \
                             unsigned int t_e = sk_high_bit((t_d | 32u)); \
@@ -47,29 +47,28 @@
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
-            if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) { \
-                /* built by kernels::select::choose_bin */ \
-                part_hist[510u] = (t_start + t_run); \
-            } \
-            __syncthreads(); \
-            unsigned int t_total = part_hist[510u]; \
+            unsigned int t_total = 0u; \
+            t_total = sk_block_sum_u32(t_run); \
             unsigned int t_want = min((kc + 1u), (t_above + t_total)); \
             t_run = (t_above + t_start); \
+            unsigned int t_my_bin = 0u; \
+            unsigned int t_my_above = 0u; \
+            unsigned int t_my_at = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
                 const unsigned int sk_e46 = (t_lo + tj); \
                 unsigned int t_c = ((sk_e46 < 464u) ? (part_hist[min(sk_e46, 463u)]) : 0u); \
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
-                    part_hist[507u] = ((t_lo + tj) + 1u); \
-                    part_hist[508u] = (t_run - t_above); \
-                    part_hist[509u] = t_c; \
+                    t_my_bin = ((t_lo + tj) + 1u); \
+                    t_my_above = (t_run - t_above); \
+                    t_my_at = t_c; \
                 } \
                 t_run = (t_run + t_c); \
             } \
-            __syncthreads(); \
-            unsigned int t_chosen = part_hist[507u]; \
-            unsigned int t_bin_above = part_hist[508u]; \
-            unsigned int t_bin_at = part_hist[509u]; \
+            unsigned int t_chosen = 0u; \
+            unsigned int t_bin_above = 0u; \
+            unsigned int t_bin_at = 0u; \
+            sk_block_sums_u32_3(t_my_bin, t_my_above, t_my_at, t_chosen, t_bin_above, t_bin_at); \
             __syncthreads(); \
             t_more = false; \
             if ((t_chosen != 0u)) { \
@@ -80,15 +79,15 @@
                 unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u))); \
                 unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u))); \
                 if ((t_bin < 32u)) { \
-                    t_key = ((top_key - t_from) - t_lo_d); \
+                    t_key = ((top_key - t_span_from) - t_lo_d); \
                 } else { \
-                    if ((t_bin_at <= 507u)) { \
-                        t_list_lo = (t_from + t_lo_d); \
+                    if ((t_bin_at <= 511u)) { \
+                        t_list_lo = (t_span_from + t_lo_d); \
                         t_list_width = t_width; \
                         t_listed = t_bin_at; \
                         t_need = (t_want - t_above); \
                     } else { \
-                        t_from = (t_from + t_lo_d); \
+                        t_span_from = (t_span_from + t_lo_d); \
                         t_span = t_width; \
                         t_more = true; \
                     } \
@@ -111,6 +110,9 @@
             } \
         } \
         __syncthreads(); \
+        unsigned int t_my_key = 0u; \
+        unsigned int t_my_gt = 0u; \
+        unsigned int t_my_eq = 0u; \
         for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::select::rank_listed */ \
             unsigned int t_ki = part_hist[ri]; \
@@ -122,15 +124,20 @@
                 t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u)); \
             } \
             if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) { \
-                part_hist[507u] = t_ki; \
-                part_hist[508u] = t_gt; \
-                part_hist[509u] = t_eq; \
+                t_my_key = t_ki; \
+                t_my_gt = t_gt; \
+                t_my_eq = t_eq; \
             } \
         } \
-        __syncthreads(); \
-        t_key = part_hist[507u]; \
-        t_above = (t_above + part_hist[508u]); \
-        t_at = part_hist[509u]; \
+        unsigned int t_key_all = 0u; \
+        t_key_all = sk_block_max_u32(t_my_key); \
+        unsigned int t_gt_all = 0u; \
+        t_gt_all = sk_block_max_u32(t_my_gt); \
+        unsigned int t_eq_all = 0u; \
+        t_eq_all = sk_block_max_u32(t_my_eq); \
+        t_key = t_key_all; \
+        t_above = (t_above + t_gt_all); \
+        t_at = t_eq_all; \
     } \
     __syncthreads(); \
     unsigned int t_take = min(t_at, ((kc + 1u) - t_above)); \

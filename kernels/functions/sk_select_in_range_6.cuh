@@ -6,7 +6,7 @@
     float rz_x = sk_load_x((base + rcol)); \
     float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f)); \
     if (cut_seeded) { \
-        sk_merge_row_2(rz, noisy, row, rcol, best64, best64_i); \
+        sk_merge_row_3(rz, noisy, row, rcol, best64, best64_i); \
     } else { \
         sk_race_one_5(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
     } \

@@ -44,8 +44,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e167: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e167)) + 1lu), tn64, sk_e167)));
+    let sk_e166: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e166)) + 1lu), tn64, sk_e166)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -67,7 +67,7 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
     var t_key: u32 = 0u;
     var t_above: u32 = 0u;
     var t_at: u32 = 0u;
-    var t_from: u32 = 0u;
+    var t_span_from: u32 = 0u;
     var t_span: u32 = 0u;
     var t_more: bool = true;
     var t_list_lo: u32 = 0u;
@@ -88,7 +88,7 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
                     var tk_key: u32 = listed_cols[ti];
                     var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
                     if ((tk != 0u)) {
-                        sk_within(t_top, t_from, tk, t_span);
+                        sk_within(t_top, t_span_from, tk, t_span);
                     }
                 }
             }
@@ -98,30 +98,29 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e168: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e168, 463u)]), (sk_e168 < 464u)));
+                let sk_e167: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e167, 463u)]), (sk_e167 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
-            if ((sk_lid == (BLOCK - 1u))) {
-                // built by kernels::select::choose_bin
-                atomicStore(&select_scratch[510u], (t_start + t_run));
-            }
-            workgroupBarrier();
-            var t_total: u32 = atomicLoad(&select_scratch[510u]);
+            var t_total: u32 = 0u;
+            t_total = sk_block_sum_u32(sk_lid, t_run);
             var t_want: u32 = min(ties, (t_above + t_total));
             t_run = (t_above + t_start);
+            var t_my_bin: u32 = 0u;
+            var t_my_above: u32 = 0u;
+            var t_my_at: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                sk_choose_bin(t_lo, tj, t_want, t_above, &t_run);
+                sk_choose_bin(t_lo, tj, t_want, t_above, &t_run, &t_my_bin, &t_my_above, &t_my_at);
             }
-            workgroupBarrier();
-            var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
-            var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
-            var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+            var t_chosen: u32 = 0u;
+            var t_bin_above: u32 = 0u;
+            var t_bin_at: u32 = 0u;
+            sk_block_sums_u32_3(sk_lid, t_my_bin, t_my_above, t_my_at, &t_chosen, &t_bin_above, &t_bin_at);
             workgroupBarrier();
             t_more = false;
             if ((t_chosen != 0u)) {
-                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, &t_above, &t_at, &t_from, &t_key, &t_list_lo, &t_list_width, &t_listed, &t_need, &t_span, &t_more);
+                sk_decide_3(t_chosen, t_bin_above, t_bin_at, t_top, t_want, &t_above, &t_at, &t_span_from, &t_key, &t_list_lo, &t_list_width, &t_listed, &t_need, &t_span, &t_more);
             }
         }
     }
@@ -136,13 +135,21 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
             }
         }
         workgroupBarrier();
+        var t_my_key: u32 = 0u;
+        var t_my_gt: u32 = 0u;
+        var t_my_eq: u32 = 0u;
         for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
-            sk_rank_listed(ri, t_listed, t_need);
+            sk_rank_listed(ri, t_listed, t_need, &t_my_key, &t_my_gt, &t_my_eq);
         }
-        workgroupBarrier();
-        t_key = atomicLoad(&select_scratch[507u]);
-        t_above = (t_above + atomicLoad(&select_scratch[508u]));
-        t_at = atomicLoad(&select_scratch[509u]);
+        var t_key_all: u32 = 0u;
+        t_key_all = sk_block_max_u32(sk_lid, t_my_key);
+        var t_gt_all: u32 = 0u;
+        t_gt_all = sk_block_max_u32(sk_lid, t_my_gt);
+        var t_eq_all: u32 = 0u;
+        t_eq_all = sk_block_max_u32(sk_lid, t_my_eq);
+        t_key = t_key_all;
+        t_above = (t_above + t_gt_all);
+        t_at = t_eq_all;
     }
     workgroupBarrier();
     var t_take: u32 = min(t_at, (ties - t_above));
@@ -153,8 +160,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) {
-            let sk_e170: f32 = sk_load_x((base + rcol));
-            var rz_x: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
+            let sk_e169: f32 = sk_load_x((base + rcol));
+            var rz_x: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {
                 sk_race_one_6(rov, noisy, row, rcol, &best64, &best64_i);
@@ -173,11 +180,11 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e173: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
-        var sk_z_x: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
+        let sk_e172: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
+        var sk_z_x: f32 = select(sk_e172, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e172) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e174: f32 = (sk_z - cut_mx);
-        var sk_key: u32 = (bitcast<u32>(sk_e174) ^ (bitcast<u32>((bitcast<i32>(sk_e174) >> 31u)) | 2147483648u));
+        let sk_e173: f32 = (sk_z - cut_mx);
+        var sk_key: u32 = (bitcast<u32>(sk_e173) ^ (bitcast<u32>((bitcast<i32>(sk_e173) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

@@ -9,7 +9,7 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
         var cut_grid_shift: u32 = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
         var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
-        var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
+        var part_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
         var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
         var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
         var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
@@ -29,7 +29,7 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
         var cut_range_from: f32 = (grid_r - cut_hi);
         let sk_e2: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-        var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
+        var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
         var cut_x_above: f32 = (((cut_above_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
         var cut_x_below: f32 = (((cut_range_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
         var max_below_x: f32 = bitcast<f32>(4286578688u);
@@ -77,20 +77,20 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
             }
         } else {
-            sk_cut_part_13(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &cut_counts, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
+            sk_cut_part_13(sk_lid, base, col_lo, col_hi, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &cut_counts, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
         }
         storageBarrier();
         var part_n_above: u32 = 0u;
@@ -100,7 +100,7 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         part_m_range = sk_block_sum_u64(sk_lid, m_range);
         var part_w_below: f32 = (0.0f);
         let sk_e82: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-        let sk_e81: f32 = min((((max_below_x / temp) - cut_mx) + ((((abs(cut_mx) + abs((cut_range_from * sk_e82))) + abs((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+        let sk_e81: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e82))) + abs((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
         part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e81), (0.0f), (sk_e81 == bitcast<f32>(4286578688u)))));
         var part_min_above_not: u32 = 0u;
         part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
@@ -152,7 +152,7 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     let sk_e83: f32 = sk_load_x((base + rt_col));
                     var rt_z_x: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
                     var rt_z: f32 = (rt_z_x / temp);
-                    var rt_ov: f32 = (rt_z - cut_mx);
+                    var rt_ov: f32 = (rt_z - part_mx);
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {
                         if (cut_seeded) {
                             sk_race_one_6(rt_ov, noisy, row, rt_col, &bestr64, &bestr64_i);
@@ -208,16 +208,16 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                         zx3 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                     }
                     if ((li0 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li1 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li2 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                 }
             }

@@ -7,17 +7,24 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
     var one_read_done: bool = *sk_io_one_read_done;
     // built by kernels::filter_top_p::cut_row
     if (((cut_try == 0u) || cut_retry)) {
-        var a_lo: u64 = sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)])));
-        var a_hi: u64 = (sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)]))) + 1lu);
-        var t_lo: u64 = sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)])));
-        var t_hi: u64 = (sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)]))) + 1lu);
-        let sk_e111: u32 = (((row_slot * parts) + 0u) * 1317u);
-        var cut_mass: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e111 + 1292u)])) + bitcast<f32>(atomicLoad(&partials[(sk_e111 + 1293u)]))) * (0.5f));
+        var cut_bound0: u32 = 0u;
+        cut_bound0 = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)]));
+        var cut_bound1: u32 = 0u;
+        cut_bound1 = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)]));
+        var cut_bound2: u32 = 0u;
+        cut_bound2 = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)]));
+        var cut_bound3: u32 = 0u;
+        cut_bound3 = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)]));
+        var a_lo: u64 = sk_fixed(bitcast<f32>(cut_bound0));
+        var a_hi: u64 = (sk_fixed(bitcast<f32>(cut_bound1)) + 1lu);
+        var tot_lo: u64 = sk_fixed(bitcast<f32>(cut_bound2));
+        var tot_hi: u64 = (sk_fixed(bitcast<f32>(cut_bound3)) + 1lu);
+        var cut_mass: f32 = ((bitcast<f32>(cut_bound2) + bitcast<f32>(cut_bound3)) * (0.5f));
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e112: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e112 + 1288u)])) - f32(atomicLoad(&partials[(sk_e112 + 1286u)]))) + (1.0f));
+            let sk_e111: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e111 + 1288u)])) - f32(atomicLoad(&partials[(sk_e111 + 1286u)]))) + (1.0f));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -115,19 +122,19 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
             xm_above_all = sk_block_sum_u64(sk_lid, xm_above);
             a_lo = xm_above_all;
             a_hi = xm_above_all;
-            t_lo = xm_row;
-            t_hi = xm_row;
+            tot_lo = xm_row;
+            tot_hi = xm_row;
             cut_mass = sk_fixed_f32(xm_row);
             reads_before = (reads_before + 1u);
         }
         cut_retry = false;
         {
-            var lim_lo: u64 = select(18446744073709551615lu, sk_fraction(pp, t_lo), (pp < (1.0f)));
-            var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, t_hi), (pp < (1.0f)));
+            var lim_lo: u64 = select(18446744073709551615lu, sk_fraction(pp, tot_lo), (pp < (1.0f)));
+            var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, tot_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e161: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e161 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e161 > max_below_all));
+            let sk_e160: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e160 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e160 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut
@@ -158,8 +165,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e162: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) {
+                    let sk_e161: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                    if (((sk_e161 > best) || ((sk_e161 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
@@ -168,12 +175,12 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e164: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e163: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e164 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e164 + 0u)]))));
-                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e163: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                    let sk_e162: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e163 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e163 + 0u)]))));
+                    if (((sk_e162 > best64) || ((sk_e162 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e165: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e165 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e165 + 0u)]))));
+                        let sk_e164: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e164 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e164 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }

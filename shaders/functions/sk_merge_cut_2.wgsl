@@ -7,10 +7,14 @@ fn sk_merge_cut_2(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
     // built by kernels::filter_top_k::merge_kernel
     {
         var row_slot: u32 = slot;
-        if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
+        var row_go: u32 = 0u;
+        row_go = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]));
+        if ((row_go == 1u)) {
             // built by kernels::filter_top_p::merge_cut
             reads_before = 2u;
-            var cut_mx: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]));
+            var cut_mx_word: u32 = 0u;
+            cut_mx_word = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]));
+            var cut_mx: f32 = bitcast<f32>(cut_mx_word);
             var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
             var r_n_above: u32 = 0u;
             var r_n_range: u32 = 0u;

@@ -52,7 +52,8 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
         }
     }
     workgroupBarrier();
-    var rank_n: u32 = atomicLoad(&rank_count[0u]);
+    var rank_n: u32 = 0u;
+    rank_n = sk_block_max_u32(sk_lid, atomicLoad(&rank_count[0u]));
     if ((rank_n <= 4096u)) {
         var sort_n: u32 = 1u;
         var sort_log: u32 = 0u;
@@ -193,23 +194,23 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }
         }
         var rk_found_all: u32 = 0u;
         rk_found_all = sk_block_max_u32(sk_lid, rk_found);
-        rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
+        rank_col = select(4294967295u, (4294967295u - rk_found_all), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
         rank_done = true;
     } else {
         rank_over = true;

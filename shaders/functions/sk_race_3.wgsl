@@ -52,7 +52,8 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
         }
     }
     workgroupBarrier();
-    var rank_n: u32 = atomicLoad(&rank_count[0u]);
+    var rank_n: u32 = 0u;
+    rank_n = sk_block_max_u32(sk_lid, atomicLoad(&rank_count[0u]));
     if ((rank_n <= 4096u)) {
         var sort_n: u32 = 1u;
         var sort_log: u32 = 0u;
@@ -91,13 +92,13 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e416: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e416 ^ ((bitcast<u32>((bitcast<i32>(sk_e416) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e413: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e413 ^ ((bitcast<u32>((bitcast<i32>(sk_e413) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e417: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e417 + 8u)], rows[(sk_e417 + 9u)], rows[(sk_e417 + 10u)], r)));
+                let sk_e414: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e414 + 8u)], rows[(sk_e414 + 9u)], rows[(sk_e414 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -193,23 +194,23 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                         sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }
         }
         var rk_found_all: u32 = 0u;
         rk_found_all = sk_block_max_u32(sk_lid, rk_found);
-        rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
+        rank_col = select(4294967295u, (4294967295u - rk_found_all), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
         rank_done = true;
     } else {
         rank_over = true;

@@ -56,7 +56,8 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
         }
     }
     workgroupBarrier();
-    var rank_n: u32 = atomicLoad(&rank_count[0u]);
+    var rank_n: u32 = 0u;
+    rank_n = sk_block_max_u32(sk_lid, atomicLoad(&rank_count[0u]));
     if ((rank_n <= 4096u)) {
         var sort_n: u32 = 1u;
         var sort_log: u32 = 0u;
@@ -95,13 +96,13 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e238: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e238 ^ ((bitcast<u32>((bitcast<i32>(sk_e238) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e235: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e235 ^ ((bitcast<u32>((bitcast<i32>(sk_e235) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = sk_log64(f64(rk_v));
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e239: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e239 + 8u)], rows[(sk_e239 + 9u)], rows[(sk_e239 + 10u)], r)));
+                let sk_e236: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e236 + 8u)], rows[(sk_e236 + 9u)], rows[(sk_e236 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -205,23 +206,23 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }
         }
         var rk_found_all: u32 = 0u;
         rk_found_all = sk_block_max_u32(sk_lid, rk_found);
-        rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
+        rank_col = select(4294967295u, (4294967295u - rk_found_all), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
         rank_done = true;
     } else {
         rank_over = true;

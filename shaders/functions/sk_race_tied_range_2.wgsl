@@ -8,7 +8,7 @@ fn sk_race_tied_range_2(cut_seeded: bool, rt_z: f32, noisy: bool, row: u32, rt_c
     var bestr_i: u32 = *sk_io_bestr_i;
     // built by kernels::filter_top_p::race_tied_range
     if (cut_seeded) {
-        sk_merge_row_2(rt_z, noisy, row, rt_col, &bestr64, &bestr64_i);
+        sk_merge_row_3(rt_z, noisy, row, rt_col, &bestr64, &bestr64_i);
     } else {
         sk_race_one_5(rt_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rt_z, &bestr, &bestr_i);
     }

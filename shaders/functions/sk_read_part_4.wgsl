@@ -6,7 +6,7 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
     var t_key: u32 = 0u;
     var t_above: u32 = 0u;
     var t_at: u32 = 0u;
-    var t_from: u32 = 0u;
+    var t_span_from: u32 = 0u;
     var t_span: u32 = 0u;
     var t_more: bool = true;
     var t_list_lo: u32 = 0u;
@@ -26,7 +26,7 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
                     // built by kernels::select::within
                     var tk: u32 = part_keys[ti];
                     if ((tk != 0u)) {
-                        var t_in: u32 = ((top_key - t_from) - tk);
+                        var t_in: u32 = ((top_key - t_span_from) - tk);
                         if ((t_in < t_span)) {
                             var t_d: u32 = t_in;
                             var t_e: u32 = firstLeadingBit((t_d | 32u));
@@ -47,29 +47,28 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
-            if ((sk_lid == (BLOCK - 1u))) {
-                // built by kernels::select::choose_bin
-                atomicStore(&part_hist[510u], (t_start + t_run));
-            }
-            workgroupBarrier();
-            var t_total: u32 = atomicLoad(&part_hist[510u]);
+            var t_total: u32 = 0u;
+            t_total = sk_block_sum_u32(sk_lid, t_run);
             var t_want: u32 = min((kc + 1u), (t_above + t_total));
             t_run = (t_above + t_start);
+            var t_my_bin: u32 = 0u;
+            var t_my_above: u32 = 0u;
+            var t_my_at: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
                 let sk_e38: u32 = (t_lo + tj);
                 var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e38, 463u)]), (sk_e38 < 464u));
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
-                    atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
-                    atomicStore(&part_hist[508u], (t_run - t_above));
-                    atomicStore(&part_hist[509u], t_c);
+                    t_my_bin = ((t_lo + tj) + 1u);
+                    t_my_above = (t_run - t_above);
+                    t_my_at = t_c;
                 }
                 t_run = (t_run + t_c);
             }
-            workgroupBarrier();
-            var t_chosen: u32 = atomicLoad(&part_hist[507u]);
-            var t_bin_above: u32 = atomicLoad(&part_hist[508u]);
-            var t_bin_at: u32 = atomicLoad(&part_hist[509u]);
+            var t_chosen: u32 = 0u;
+            var t_bin_above: u32 = 0u;
+            var t_bin_at: u32 = 0u;
+            sk_block_sums_u32_3(sk_lid, t_my_bin, t_my_above, t_my_at, &t_chosen, &t_bin_above, &t_bin_at);
             workgroupBarrier();
             t_more = false;
             if ((t_chosen != 0u)) {
@@ -80,15 +79,15 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
                 var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
                 var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
                 if ((t_bin < 32u)) {
-                    t_key = ((top_key - t_from) - t_lo_d);
+                    t_key = ((top_key - t_span_from) - t_lo_d);
                 } else {
-                    if ((t_bin_at <= 507u)) {
-                        t_list_lo = (t_from + t_lo_d);
+                    if ((t_bin_at <= 511u)) {
+                        t_list_lo = (t_span_from + t_lo_d);
                         t_list_width = t_width;
                         t_listed = t_bin_at;
                         t_need = (t_want - t_above);
                     } else {
-                        t_from = (t_from + t_lo_d);
+                        t_span_from = (t_span_from + t_lo_d);
                         t_span = t_width;
                         t_more = true;
                     }
@@ -111,6 +110,9 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
             }
         }
         workgroupBarrier();
+        var t_my_key: u32 = 0u;
+        var t_my_gt: u32 = 0u;
+        var t_my_eq: u32 = 0u;
         for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
             // built by kernels::select::rank_listed
             var t_ki: u32 = atomicLoad(&part_hist[ri]);
@@ -122,15 +124,20 @@ fn sk_read_part_4(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
                 t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
             }
             if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
-                atomicStore(&part_hist[507u], t_ki);
-                atomicStore(&part_hist[508u], t_gt);
-                atomicStore(&part_hist[509u], t_eq);
+                t_my_key = t_ki;
+                t_my_gt = t_gt;
+                t_my_eq = t_eq;
             }
         }
-        workgroupBarrier();
-        t_key = atomicLoad(&part_hist[507u]);
-        t_above = (t_above + atomicLoad(&part_hist[508u]));
-        t_at = atomicLoad(&part_hist[509u]);
+        var t_key_all: u32 = 0u;
+        t_key_all = sk_block_max_u32(sk_lid, t_my_key);
+        var t_gt_all: u32 = 0u;
+        t_gt_all = sk_block_max_u32(sk_lid, t_my_gt);
+        var t_eq_all: u32 = 0u;
+        t_eq_all = sk_block_max_u32(sk_lid, t_my_eq);
+        t_key = t_key_all;
+        t_above = (t_above + t_gt_all);
+        t_at = t_eq_all;
     }
     workgroupBarrier();
     var t_take: u32 = min(t_at, ((kc + 1u) - t_above));

@@ -10,7 +10,7 @@ fn sk_select_in_range_6(base: u32, rcol: u32, cut_seeded: bool, noisy: bool, row
     var rz_x: f32 = sk_load_x((base + rcol));
     var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
     if (cut_seeded) {
-        sk_merge_row_2(rz, noisy, row, rcol, &best64, &best64_i);
+        sk_merge_row_3(rz, noisy, row, rcol, &best64, &best64_i);
     } else {
         sk_race_one_5(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
     }

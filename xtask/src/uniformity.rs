@@ -174,33 +174,13 @@ mod tests {
     use super::*;
     use crate::last_part::{lower, Lowering};
 
-    /// The kernels whose WGSL still branches around a barrier on a value WGSL calls
-    /// non-uniform, and on what: the filter paths (issue 50 replaces them) read a count from
-    /// workgroup memory, or the cut's state word from `partials`, with a plain load. naga accepts
-    /// them; Tint would not.
-    const KNOWN: [(&str, &str); 4] = [
-        ("filter_", "`listed`"),
-        ("top_k_parts_", "`t_more`"),
-        ("top_k_merge_", "`top_p_cut`"),
-        ("top_p_cut_", "read-write `partials`"),
-    ];
-
-    /// Every kernel as the WGSL emitter gets it (its merge lowered to a dispatch of its own):
-    /// all but the known ones pass, and each known one still fails for its known reason (so
-    /// the list shrinks as they are fixed).
+    /// Every kernel as the WGSL emitter gets it (its merge lowered to a dispatch of its own).
     #[test]
     fn every_wgsl_kernel_reaches_its_barriers_in_uniform_control_flow() {
-        let mut bad = Vec::new();
-        for k in crate::kernels::all() {
-            let lowered = lower(&k, Lowering::MergeDispatch).unwrap();
-            let passes = k.name.contains("portable") || k.name.starts_with("filter_split");
-            let known = KNOWN.iter().find(|(prefix, _)| k.name.starts_with(prefix) && !passes);
-            match (check(&lowered), known) {
-                (Ok(()), None) => {}
-                (Err(e), Some((_, why))) if e.contains(why) => {}
-                (result, _) => bad.push(format!("{}: {result:?}", k.name)),
-            }
-        }
+        let bad: Vec<String> = crate::kernels::all()
+            .iter()
+            .filter_map(|k| check(&lower(k, Lowering::MergeDispatch).unwrap()).err())
+            .collect();
         assert!(bad.is_empty(), "{} kernels:\n{}", bad.len(), bad.join("\n"));
     }
 

@@ -25,7 +25,6 @@ use super::abi::{part_columns, quads_per_part, row_is_ranked, row_is_seeded, Phi
 use super::filter_top_k::{finish_race, keep_lower, own_word, race_one, race_philox, record, slot_word, Read};
 use super::filter_top_k::{row_estimate, CAP, SCRATCH};
 use super::filter_top_k::{HEAD_WORDS, KEYS};
-use super::filter_top_p::{row_go, GO_RACED};
 use super::filter_values as values;
 use super::filters::{declare_best, declare_best32, key_value, order_key, Input};
 use super::math::{self, is_finite};
@@ -222,12 +221,6 @@ fn rerace(b: &mut Block, input: Input, (p, mx): (Expr, Expr), pkey: &PhiloxKey) 
     });
     b.set("col_lo", own_lo);
     b.set("col_hi", own_hi);
-}
-
-/// Whether the row in slot `row_slot` (min-p alone) was raced by its parts: `GO` says so
-/// (`filter_top_p::min_p_state`).
-pub(super) fn raced(row_slot: Expr) -> Expr {
-    row_go(row_slot).ge(u(GO_RACED))
 }
 
 /// The merge of a row its parts raced ([`raced`]): the row's maximum and estimated mass, and the

@@ -91,7 +91,9 @@ fn gather(b: &mut Block, input: Input) -> Expr {
         },
     );
     b.barrier();
-    b.let_("rank_n", Ty::U32, load_shared(COUNT, u(0)))
+    // A reduction of the count every invocation reads: the same, but uniform for WGSL, which
+    // counts a read of workgroup memory as differing between invocations.
+    b.reduce(ReduceOp::Max, Ty::U32, load_shared(COUNT, u(0)), "rank_n")
 }
 
 /// Sorts the list's first `n` keys, largest first: a bitonic sort over the next power of two,
@@ -164,8 +166,8 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
     let outs = ["rk_above_n".to_string(), "rk_same_n".to_string()];
     b.sum_many(Ty::U32, vec![var("rk_above"), var("rk_same")], &outs);
     let t = b.let_("rk_t", Ty::U32, rank.clone() - var("rk_above_n"));
-    // Tokens of one key weigh the same, so every one of them is in `S` or none: the key alone
-    // picks them out (no NaN or -inf has a kept key). A read in chunks, in index order.
+    // The key alone picks out its tokens (no NaN or -inf has a kept key). A read in chunks, in
+    // index order.
     let each_of_key = |b: &mut Block, on: &dyn Fn(&mut Block, Expr)| {
         sweep(
             b,
@@ -185,13 +187,20 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
         let start = b.scan(var("rk_mine"), "rk_before");
         b.set("rk_start", start);
     });
-    // Column + 1 of the token, so a max over the workgroup finds it (0: none).
+    // The key's tokens need not all be in `S`: a top-k or top-p cut may fall inside a run of
+    // ties, keeping its lowest columns. With one of them listed, `t` is 0 and the token is the
+    // key's lowest column anywhere in the row; with more, the scan above numbered them across
+    // the workgroup, and one invocation holds the `t`-th. `NONE - col`, so a max over the
+    // workgroup finds the lowest match (0: none).
     b.let_("rk_seen", Ty::U32, var("rk_start"));
     b.let_("rk_found", Ty::U32, u(0));
+    let first = var("rk_same_n").le(u(1));
     each_of_key(b, &|b, col| {
-        b.if_(var("rk_seen").eq_(t.clone()), |b| b.set("rk_found", col + u(1)));
+        b.if_(first.clone().or(var("rk_seen").eq_(t.clone())), |b| {
+            b.set("rk_found", var("rk_found").max(u(NONE) - col))
+        });
         b.set("rk_seen", var("rk_seen") + u(1));
     });
     let found = b.reduce(ReduceOp::Max, Ty::U32, var("rk_found"), "rk_found_all");
-    select(rank.lt(u(NONE)).and(found.clone().gt(u(0))), found - u(1), u(NONE))
+    select(rank.lt(u(NONE)).and(found.clone().gt(u(0))), u(NONE) - found, u(NONE))
 }

@@ -688,11 +688,17 @@ fn merge_row(b: &mut Block, input: Input) {
         let zt = b.let_("zt", Ty::F32, key_value(var("t_key")));
         let all_in = n_sel.clone().lt(want).or(values::weight(input, zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
-        let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
+        // Keys every invocation reads alike, reduced so that the branches on them are uniform.
+        let above = |b: &mut Block, r: Expr, name: &str| {
+            let key = b.reduce(ReduceOp::Max, Ty::U32, get(S_KEY, r), name);
+            ov(key_value(key)).gt(ov(zt.clone()))
+        };
         let kept_n = var("kept_n");
         let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
-        let cut_above = b.let_("cut_above", Ty::Bool, above(kept_n.clone().max(u(1)) - u(1)));
-        let k_above = b.let_("k_above", Ty::Bool, var("k_first").not().or(above(last_k)));
+        let cut_above = above(b, kept_n.clone().max(u(1)) - u(1), "cut_key");
+        let cut_above = b.let_("cut_above", Ty::Bool, cut_above);
+        let k_above = above(b, last_k, "k_key");
+        let k_above = b.let_("k_above", Ty::Bool, var("k_first").not().or(k_above));
         let plain = cut_above.clone().and(k_above.clone());
         let exact = prefix_is_exact(b, complete.clone(), plain.not(), &ov, &key_at);
         let cut_ok = kept_n.clone().gt(u(0)).and(exact.clone().or(cut_above));
@@ -787,8 +793,10 @@ fn merge_kernel(input: Input) -> Kernel {
             // parts' races where they raced it.
             b.let_("min_p_raced", Ty::Bool, boolean(false));
             b.if_(var("min_p_cut"), |b| {
-                b.set("top_p_cut", filter_top_p::sent_to_cut(var("slot")));
-                b.set("min_p_raced", filter_min_p::raced(var("slot")));
+                // `GO` says where the parts sent the row (`filter_top_p::min_p_state`).
+                let go = filter_top_p::row_go(b, var("slot"));
+                b.set("top_p_cut", go.clone().eq_(u(1)));
+                b.set("min_p_raced", go.ge(u(filter_top_p::GO_RACED)));
             });
             b.if_(var("merges"), |b| {
                 b.if_(one, |b| {

@@ -782,7 +782,7 @@ fn cut_part(b: &mut Block, input: Input) {
     let hi = b.let_("cut_hi", Ty::F32, state(tail::HI).cast(Ty::F32));
     let r = b.let_("grid_r", Ty::F32, state(tail::R).bitcast(Ty::F32));
     let grid = Grid::bound(b, state(tail::SHIFT), "cut_grid");
-    let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
+    let mx = b.let_("part_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
     let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
     let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
@@ -1138,10 +1138,13 @@ fn cut_part(b: &mut Block, input: Input) {
 /// body, after the two reads (`reads_before`).
 pub(super) fn merge_cut(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
-    let state = |k: u32| load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), k));
-    b.if_(sent_to_cut(row_slot.clone()), |b| {
+    let state = load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), tail::MX));
+    let sent = sent_to_cut(b, row_slot.clone());
+    b.if_(sent, |b| {
         b.set("reads_before", u(2));
-        let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
+        // Reduced, as `row_go`, so that what follows from it is uniform.
+        let mx = b.reduce(ReduceOp::Max, Ty::U32, state, "cut_mx_word");
+        let mx = b.let_("cut_mx", Ty::F32, mx.bitcast(Ty::F32));
         let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
         cut_row(b, input, mx, seeded);
     });
@@ -1197,20 +1200,26 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
             // The bounds as fixed-point masses (truncated: the most's one unit more), and the
             // row's mass for the log-probability, their middle; each try reads them again, so
             // that nothing but the flag lives across the tries (the merge is at its registers).
-            let state_w =
-                |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
+            // Reduced, as `row_go`, so that the checks on them are uniform.
+            let words: Vec<Expr> = (0..4)
+                .map(|k| {
+                    let w = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k));
+                    b.reduce(ReduceOp::Max, Ty::U32, w, &format!("cut_bound{k}"))
+                })
+                .collect();
+            let state_w = |k: usize| words[k].clone().bitcast(Ty::F32);
             let unit = || Expr::Lit(Lit::U64(1));
             b.let_("a_lo", Ty::U64, call(FIXED, vec![state_w(0)]));
             b.let_("a_hi", Ty::U64, call(FIXED, vec![state_w(1)]) + unit());
-            b.let_("t_lo", Ty::U64, call(FIXED, vec![state_w(2)]));
-            b.let_("t_hi", Ty::U64, call(FIXED, vec![state_w(3)]) + unit());
+            b.let_("tot_lo", Ty::U64, call(FIXED, vec![state_w(2)]));
+            b.let_("tot_hi", Ty::U64, call(FIXED, vec![state_w(3)]) + unit());
             b.let_("cut_mass", Ty::F32, (state_w(2) + state_w(3)) * f(0.5));
             b.if_(attempt.gt(u(0)), |b| {
                 let (above, row) = exact_masses(b, input, mx.clone());
                 for name in ["a_lo", "a_hi"] {
                     b.set(name, above.clone());
                 }
-                for name in ["t_lo", "t_hi"] {
+                for name in ["tot_lo", "tot_hi"] {
                     b.set(name, row.clone());
                 }
                 b.set("cut_mass", call(FIXED_F32, vec![row]));
@@ -1223,7 +1232,7 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
 }
 
 /// One try of [`cut_row`] at the row's set, from the masses above the range and of the row
-/// between `a_lo` and `a_hi`, `t_lo` and `t_hi`. Each check holds for certain (at the bounds'
+/// between `a_lo` and `a_hi`, `tot_lo` and `tot_hi`. Each check holds for certain (at the bounds'
 /// worst) or the row goes to the filter kernel's body where it fails at their best, else to
 /// the next try (`cut_retry`). The select runs with the largest set the bounds allow (the least
 /// mass above, the largest limit), whose race's winner is the row's where the least set holds
@@ -1241,8 +1250,8 @@ fn attempt_cut(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let below_ends = var("cut_below_ends");
     let limit =
         |t: &str| select(var("pp").lt(f(1.0)), call(FRACTION, vec![var("pp"), var(t)]), Expr::Lit(Lit::U64(ALL)));
-    let lim_lo = b.let_("lim_lo", Ty::U64, limit("t_lo"));
-    let lim_hi = b.let_("lim_hi", Ty::U64, limit("t_hi"));
+    let lim_lo = b.let_("lim_lo", Ty::U64, limit("tot_lo"));
+    let lim_hi = b.let_("lim_hi", Ty::U64, limit("tot_hi"));
     let listed = b.let_("cut_listed", Ty::Bool, var("short_all").eq_(u(0)));
     let fits = b.let_("cut_fits", Ty::Bool, listed.clone().and(n_range.clone().le(u(CUT_CAP))));
     let apart = min_above.clone().gt(range_max.clone()).and(range_min.clone().gt(max_below.clone()));
@@ -1571,13 +1580,16 @@ pub(super) fn may_cut() -> Expr {
 /// Whether the parts of the row in slot `row_slot` sent it to the cut (its state's `GO`): a
 /// top-p row whose maximum is finite, or min-p alone whose set is longer than their lists
 /// ([`min_p_state`]).
-pub(super) fn sent_to_cut(row_slot: Expr) -> Expr {
-    row_go(row_slot).eq_(u(1))
+pub(super) fn sent_to_cut(b: &mut Block, row_slot: Expr) -> Expr {
+    row_go(b, row_slot).eq_(u(1))
 }
 
-/// The row's state's `GO` word, as the parts launch left it (in a later launch).
-pub(super) fn row_go(row_slot: Expr) -> Expr {
-    load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO))
+/// The row's state's `GO` word, as the parts launch left it (in a later launch). Every
+/// invocation reads the same word, but WGSL counts a read of read-write storage as differing
+/// between invocations, and the word decides branches around barriers: a reduction makes it
+/// uniform.
+pub(super) fn row_go(b: &mut Block, row_slot: Expr) -> Expr {
+    b.reduce(ReduceOp::Max, Ty::U32, load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO)), "row_go")
 }
 
 /// A row of min-p alone (`min_p_cut`), by its last part in the parts launch: where some part
@@ -1629,7 +1641,8 @@ fn write_state(b: &mut Block, go: Expr, (lo, hi): (Expr, Expr), (r, shift): (Exp
 /// with a few top-p rows (`Sampler::step`'s mixed batch) is bound by launches, not by the read.
 pub(super) fn cut_here(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
-    b.if_(sent_to_cut(row_slot.clone()), |b| {
+    let sent = sent_to_cut(b, row_slot.clone());
+    b.if_(sent, |b| {
         let (lo, hi) = part_columns(var("part"), quads_per_part(var("parts")));
         b.set("col_lo", lo);
         b.set("col_hi", hi);
@@ -1652,7 +1665,8 @@ fn cut_kernel(input: Input) -> Kernel {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
-            b.if_(one.and(may_cut()).and(sent_to_cut(var("row_slot"))), |b| b.scope(|b| cut_part(b, input)));
+            let sent = sent_to_cut(b, var("row_slot"));
+            b.if_(one.and(may_cut()).and(sent), |b| b.scope(|b| cut_part(b, input)));
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();

@@ -24,15 +24,10 @@ const EXACT: u32 = 32;
 /// Words of the scratch array a select takes: the bins, whose place the list takes once a bin
 /// is chosen, then the control words.
 pub const WORDS: u32 = 512;
-/// Control words: the chosen bin plus one (0: no key), the keys above it, in it, the keys in
-/// all bins, and the list's length.
-const CHOSEN: u32 = WORDS - 5;
-const ABOVE: u32 = WORDS - 4;
-const AT: u32 = WORDS - 3;
-const TOTAL: u32 = WORDS - 2;
+/// The control word: the list's length.
 const LISTED: u32 = WORDS - 1;
 /// The most keys the list holds.
-pub const LIST_CAP: u32 = CHOSEN;
+pub const LIST_CAP: u32 = LISTED;
 const _: () = assert!(BINS <= LIST_CAP);
 /// Binning rounds at most: each after the first bins the distances of the last round's bin, a
 /// sixteenth of its power of two at most: spans of at most 2^27, 2^22, 2^17, 2^12, 2^7 and 4
@@ -159,7 +154,7 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
     }
     // The distances in play: `span` of them from `from` (every distance at the first round, whose
     // count the caller made).
-    let (from, span) = (b.let_("t_from", Ty::U32, u(0)), b.let_("t_span", Ty::U32, u(0)));
+    let (from, span) = (b.let_("t_span_from", Ty::U32, u(0)), b.let_("t_span", Ty::U32, u(0)));
     let more = b.let_("t_more", Ty::Bool, boolean(true));
     // Where a round ends on a bin it lists: its distances below `top`, its keys, and the rank
     // sought among them.
@@ -199,7 +194,7 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
                                 b.set("t_need", var("t_want") - var("t_above"));
                             },
                             |b| {
-                                b.set("t_from", from.clone() + lo.clone());
+                                b.set("t_span_from", from.clone() + lo.clone());
                                 b.set("t_span", width.clone());
                                 b.set("t_more", boolean(true));
                             },
@@ -226,34 +221,36 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
 /// (the items in play), `t_want` (`want`, or every item where there are fewer), `t_chosen`
 /// (the bin holding the `t_want`-th item, plus one; 0 for no item), `t_bin_above` and
 /// `t_bin_at` (items in play in the bins before it and in it). Each invocation sums a run of
-/// bins, a block scan places the runs, and the invocation whose run holds the item writes the
-/// bin.
+/// bins, a block scan places the runs, and the invocation whose run holds the item gives the
+/// bin to all.
 fn choose_bin(b: &mut Block, want: Expr, scratch: &str) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let run = BinRun::new(b, "t");
     b.let_("t_run", Ty::U32, u(0));
     b.for_("tj", u(0), run.per.clone(), u(1), |b, j| b.set("t_run", var("t_run") + run.count(scratch, j)));
     let start = b.scan(var("t_run"), "t_start");
-    b.if_(lid.eq_(bs - u(1)), |b| b.store_shared(scratch, u(TOTAL), start.clone() + var("t_run")));
-    b.barrier();
-    let total = b.let_("t_total", Ty::U32, load_shared(scratch, u(TOTAL)));
+    let total = b.reduce(ReduceOp::Sum, Ty::U32, var("t_run"), "t_total");
     let want = b.let_("t_want", Ty::U32, want.min(var("t_above") + total));
     b.set("t_run", var("t_above") + start);
+    // One invocation's run holds the bin where the count reaches `want` (none where it is not
+    // reached): sums over the workgroup give its words to all, uniform as WGSL's branches
+    // around barriers need them.
+    let mine = ["t_my_bin", "t_my_above", "t_my_at"];
+    for name in mine {
+        b.let_(name, Ty::U32, u(0));
+    }
     b.for_("tj", u(0), run.per.clone(), u(1), |b, j| {
         let c = b.let_("t_c", Ty::U32, run.count(scratch, j.clone()));
         let j = run.at(j);
         let holds = var("t_run").lt(want.clone()).and((var("t_run") + c.clone()).ge(want.clone()));
         b.if_(holds, |b| {
-            b.store_shared(scratch, u(CHOSEN), j + u(1));
-            b.store_shared(scratch, u(ABOVE), var("t_run") - var("t_above"));
-            b.store_shared(scratch, u(AT), c.clone());
+            b.set("t_my_bin", j + u(1));
+            b.set("t_my_above", var("t_run") - var("t_above"));
+            b.set("t_my_at", c.clone());
         });
         b.set("t_run", var("t_run") + c);
     });
-    b.barrier();
-    b.let_("t_chosen", Ty::U32, load_shared(scratch, u(CHOSEN)));
-    b.let_("t_bin_above", Ty::U32, load_shared(scratch, u(ABOVE)));
-    b.let_("t_bin_at", Ty::U32, load_shared(scratch, u(AT)));
+    let outs = ["t_chosen", "t_bin_above", "t_bin_at"].map(String::from);
+    b.sum_many(Ty::U32, mine.map(var).to_vec(), &outs);
     // The list overwrites the bins: every invocation has read them.
     b.barrier();
 }
@@ -263,6 +260,9 @@ fn choose_bin(b: &mut Block, want: Expr, scratch: &str) {
 /// `t_above` (adding the keys above it in the list) and `t_at`.
 fn rank_listed(b: &mut Block, n: Expr, need: Expr, scratch: &str) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    for name in ["t_my_key", "t_my_gt", "t_my_eq"] {
+        b.let_(name, Ty::U32, u(0));
+    }
     b.for_("ri", lid, n.clone(), bs, |b, i| {
         let ki = b.let_("t_ki", Ty::U32, load_shared(scratch, i));
         b.let_("t_gt", Ty::U32, u(0));
@@ -273,15 +273,18 @@ fn rank_listed(b: &mut Block, n: Expr, need: Expr, scratch: &str) {
             b.set("t_eq", var("t_eq") + select(kj.eq_(ki.clone()), u(1), u(0)));
         });
         let holds = var("t_gt").lt(need.clone()).and((var("t_gt") + var("t_eq")).ge(need.clone()));
-        // Every key equal to the boundary writes the same words.
+        // Every key equal to the boundary holds the same words, the others none: maxima over the
+        // workgroup give them to all, uniform as WGSL's branches around barriers need them.
         b.if_(holds, |b| {
-            b.store_shared(scratch, u(CHOSEN), ki.clone());
-            b.store_shared(scratch, u(ABOVE), var("t_gt"));
-            b.store_shared(scratch, u(AT), var("t_eq"));
+            b.set("t_my_key", ki.clone());
+            b.set("t_my_gt", var("t_gt"));
+            b.set("t_my_eq", var("t_eq"));
         });
     });
-    b.barrier();
-    b.set("t_key", load_shared(scratch, u(CHOSEN)));
-    b.set("t_above", var("t_above") + load_shared(scratch, u(ABOVE)));
-    b.set("t_at", load_shared(scratch, u(AT)));
+    let key = b.reduce(ReduceOp::Max, Ty::U32, var("t_my_key"), "t_key_all");
+    let gt = b.reduce(ReduceOp::Max, Ty::U32, var("t_my_gt"), "t_gt_all");
+    let eq = b.reduce(ReduceOp::Max, Ty::U32, var("t_my_eq"), "t_eq_all");
+    b.set("t_key", key);
+    b.set("t_above", var("t_above") + gt);
+    b.set("t_at", eq);
 }
