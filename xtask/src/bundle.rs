@@ -35,9 +35,9 @@ work=$(mktemp -d)
 res=$work/bench-results
 mkdir -p "$out" "$res"/{tests,batch32,batch1_256,anchors,seeded_softmax}
 exec > >(tee -a "$out/run.log") 2>&1
-# Seconds each stage may take, and the whole run's end: a stage gets the smaller of its own
-# limit and what is left before the end.
-limit_a=120 limit_b=60 limit_c=75 limit_d=120 limit_e=45 end=465
+# Seconds each stage may take, and when the last may end: a stage gets the smaller of its own
+# limit and what is left before then, and its backstop 15 s more, so the run ends by 480 s.
+limit_a=120 limit_b=60 limit_c=75 limit_d=120 limit_e=45 end=450
 stage() { tar -czf "$out/results.tgz" -C "$work" . 2>/dev/null; echo "== [$SECONDS s] $*"; }
 # The seconds stage $1 may run from now (0: none left).
 seconds() { local left=$((end - SECONDS)); [ "$1" -lt "$left" ] && left=$1; [ "$left" -lt 0 ] && left=0; echo "$left"; }
@@ -77,15 +77,18 @@ for t in "$here"/tests/*; do
     timeout "$left" "$t" cuda --test-threads=$threads 2>&1 | tee "$res/tests/$bin.log" |
         while IFS= read -r line; do
             case "$line" in "test "*" ... "*) ;; *) continue ;; esac
-            test=${line#test }
-            test=${test%% ... *}
+            tname=${line#test }
+            tname=${tname%% ... *}
+            # The report names the check without its backend (cuda::x or cuda_x).
+            check=${tname#cuda::}
+            check=${check#cuda_}
             case "${line##* ... }" in
                 ok) result=passed
-                    grep -qP "^cuda\tnot-run\t${test#cuda::}\t" "$SK_TEST_REPORT" && result="not run" ;;
+                    grep -qP "^cuda\tnot-run\t$check\t" "$SK_TEST_REPORT" && result="not run" ;;
                 FAILED) result=failed ;;
                 *) result=${line##* ... } ;;
             esac
-            echo "$bin,$test,$result" >>"$res/tests/tests.csv"
+            echo "$bin,$tname,$result" >>"$res/tests/tests.csv"
             echo "$line${result:+ ($result)}"
         done
     case "${PIPESTATUS[0]}" in
@@ -195,16 +198,21 @@ fn bundle(root: &Path) -> Result<(), String> {
     let dir = staging.join("device");
     let _ = std::fs::remove_dir_all(&dir);
     let mut total = 0u64;
-    // `cargo test --release` and `cargo bench` build with the same (release) settings; each
-    // artifact is kept by what it is: a test harness, or a bench target.
-    let builds: [([&str; 2], fn(&Artifact) -> bool, &str); 2] = [
-        (["test", "--release"], |a| a.profile.test, "tests"),
-        (["bench", "--bench=*"], |a| a.target.kind == ["bench"], "benches"),
+    // `cargo test --release` and `cargo bench` build with the same (release) settings, only the
+    // targets the script runs; each artifact is kept by what it is: a test harness, or a bench.
+    let targets = |flag: &str, names: &[&str]| names.iter().map(|n| format!("{flag}={n}")).collect::<Vec<_>>();
+    let builds: [(Vec<String>, fn(&Artifact) -> bool, &str); 2] = [
+        (
+            [vec!["test".into(), "--release".into()], targets("--test", &ON_DEVICE)].concat(),
+            |a| a.profile.test,
+            "tests",
+        ),
+        ([vec!["bench".into()], targets("--bench", &BENCHES)].concat(), |a| a.target.kind == ["bench"], "benches"),
     ];
     for (args, kept, folder) in builds {
         let out = Command::new(&cargo)
             .args(args)
-            .args(["--workspace", "--features", "sampling-kernels/cli", "--no-run", "--message-format=json"])
+            .args(["-p", "sampling-kernels", "--features", "cli", "--no-run", "--message-format=json"])
             .current_dir(root)
             .output()
             .map_err(|e| e.to_string())?;
@@ -217,12 +225,6 @@ fn bundle(root: &Path) -> Result<(), String> {
             let Message::CompilerArtifact(artifact) = message else { continue };
             let Some(src) = artifact.executable.as_deref().filter(|_| kept(&artifact)) else { continue };
             let name = src.file_name().ok_or("executable without a name")?;
-            let stem = name.to_string_lossy();
-            let stem = stem.rsplit_once('-').map_or(&*stem, |(s, _)| s);
-            let wanted = if folder == "tests" { &ON_DEVICE[..] } else { &BENCHES[..] };
-            if !wanted.contains(&stem) {
-                continue;
-            }
             let dst = dir.join(folder).join(name);
             std::fs::copy(src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
             let _ = Command::new("strip").arg(&dst).status();
