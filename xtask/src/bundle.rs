@@ -129,6 +129,7 @@ bench e seeded_softmax $limit_e
 stage "modelled beside measured"
 python3 "$here/model_vs_measured.py" "$here/cost.csv" "$res/model_vs_measured.csv" "$res"/{batch32,batch1_256,seeded_softmax}/cuda.csv 2>&1 || status=1
 stage "done (status $status)"
+rm -rf "$work"
 exit $status
 "#;
 
