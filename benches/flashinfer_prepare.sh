@@ -6,16 +6,17 @@
 # FlashInfer compiles its kernels on first use (JIT, nvcc); nothing may compile there, so its
 # `sampling` and `topk` modules are built here for sm_90a with the nvcc wheel of CUDA 13.0 (the
 # machine's driver runs CUDA 13.0) and placed where FlashInfer looks for modules built ahead
-# (`flashinfer/data/aot/<name>/<name>.so`). Its wheel is 62 MiB, its package 457 MB unpacked
-# (every kernel family's sources), so .flashinfer holds only the Python modules that importing
-# `flashinfer.sampling` and `flashinfer.topk` reads (the bench loads them without the package's
-# `__init__`, which imports every family), and tvm-ffi's cp312 wheel unpacked. The rest it needs
+# (`flashinfer/data/aot/<name>/<name>.so`). Its wheel is 62 MiB, its package 432 MiB unpacked
+# (10,342 files: every kernel family's sources), so .flashinfer holds only the Python modules
+# that importing `flashinfer.sampling` and `flashinfer.topk` reads (the bench loads them without
+# the package's `__init__`, which imports every family), and tvm-ffi's cp312 wheel unpacked. The rest it needs
 # (numpy, filelock, packaging, requests, tqdm, nvidia-ml-py, typing-extensions) is in the
 # machine's image.
 #
 # Needs the network (PyPI), python3 with venv, a host g++, and about 6 GB in the build folder
-# (flashinfer's JIT imports torch, so the build installs torch 2.11 there). On two busy cores the
-# two modules take about 15 minutes; a second run reuses what the first built.
+# (flashinfer's JIT imports torch, so the build installs torch 2.11 there: 4.7 GB). The sampling
+# module took 10 minutes and the top-k module over an hour on two cores shared with other builds
+# (load average 11, 2026-12-07); a second run reuses what the first built.
 #
 #   bash benches/flashinfer_prepare.sh            # build folder: target/flashinfer-build
 #   FLASHINFER_BUILD=/tmp/fi bash benches/flashinfer_prepare.sh
