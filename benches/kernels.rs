@@ -23,6 +23,14 @@
 //! first read of each row comes from DRAM. Warm cells repeat calls on one buffer, which an input
 //! smaller than L2 then never leaves (32 x 151936 f32 is 19.4 MB). Cold cells are f32
 //! model-like rows only, on devices that take a 64 MiB buffer.
+//!
+//! `--stage NAME` (or `SK_BENCH_STAGE`) runs one stage of a GPU run instead ([`STAGES`], run in
+//! turn by `cargo xtask bundle-device`'s script). `SK_BENCH_BACKENDS=cuda` (a comma list of
+//! `cuda`, `wgpu`, `cpu`) times only the backends named, and a named backend that is absent is
+//! said to be not run and still gets its CSV, the header alone. `SK_BENCH_SECONDS=N` stops
+//! before the first cell that would start after N seconds. Each backend's CSV is written as the
+//! cells end (the header first, then row by row, flushed), so a run stopped at its limit keeps
+//! every cell it finished.
 
 mod common;
 
@@ -31,9 +39,11 @@ use half::bf16;
 use plotters::prelude::*;
 use sampling_kernels::{
     reference::philox, Backend, Clock, CpuBackend, Diagnostics, Error, FilterOrder, Input as Kept, Logits, Output,
-    RowParams, Shape,
+    RowParams, Sampler, Shape,
 };
+use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Which cells run.
 struct Grid {
@@ -44,6 +54,10 @@ struct Grid {
     reps: usize,
     /// Whether f32 model-like cells are timed cold too (L2 flushed before each call).
     cold: bool,
+    /// The logits formats.
+    dtypes: &'static [Dtype],
+    /// Whether a family (by name) is timed.
+    families: fn(&str) -> bool,
 }
 
 /// The grid.
@@ -53,6 +67,8 @@ const FULL: Grid = Grid {
     rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
     reps: 50,
     cold: true,
+    dtypes: &Dtype::ALL,
+    families: |_| true,
 };
 
 /// The default: small enough for lavapipe on two cores (about a minute and a half there), and
@@ -63,7 +79,60 @@ const QUICK: Grid = Grid {
     rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
     reps: 10,
     cold: false,
+    dtypes: &Dtype::ALL,
+    // Not the filters from probabilities or the steps: a third more time on lavapipe.
+    families: |name| !name.starts_with(PROBS_FILTER) && !name.starts_with(STEP),
 };
+
+/// The families a GPU run times at each batch: the race beside a plain read and greedy, every
+/// filter setting from logits and from probabilities, and `Sampler::step`.
+fn sampling_families(name: &str) -> bool {
+    [READ, "greedy", RACE].contains(&name) || name.starts_with("filter_") || name.starts_with(STEP)
+}
+
+/// The stages of a GPU run, in the order `cargo xtask bundle-device`'s script runs them
+/// (`--stage NAME`): f32 logits of Qwen3's vocabulary (151936), model-like rows warm and cold,
+/// and flat rows (where top-p 0.9 and min-p 0.05 keep most of the row) warm: a few dozen cells
+/// each, so that a lease of minutes can run every one of them.
+const STAGES: [(&str, Grid); 3] = [
+    (
+        "batch32",
+        Grid {
+            batches: &[32],
+            vocabs: &[151936],
+            rows: &[Rows::ModelLike, Rows::Flat],
+            reps: 50,
+            cold: true,
+            dtypes: &[Dtype::F32],
+            families: sampling_families,
+        },
+    ),
+    (
+        "batch1_256",
+        Grid {
+            batches: &[1, 256],
+            vocabs: &[151936],
+            rows: &[Rows::ModelLike, Rows::Flat],
+            reps: 50,
+            cold: true,
+            dtypes: &[Dtype::F32],
+            families: sampling_families,
+        },
+    ),
+    (
+        "seeded_softmax",
+        Grid {
+            batches: &[1, 32, 256],
+            vocabs: &[151936],
+            rows: &[Rows::ModelLike],
+            reps: 50,
+            cold: true,
+            dtypes: &[Dtype::F32],
+            // The read kernel and the race for the `x read peak` and `x race` columns.
+            families: |name| [READ, RACE, "softmax", "seeded_from_logits"].contains(&name),
+        },
+    ),
+];
 
 /// Untimed calls before each cell's timed ones (the first compiles the kernel).
 const WARMUP: usize = 2;
@@ -117,6 +186,11 @@ impl<B: Timed> Flush<B> {
 const RACE: &str = "race_from_logits";
 /// The read kernel: its best bandwidth is the yardstick of the `x read peak` column.
 const READ: &str = "read_rows";
+/// The prefix of the filter families from probabilities (`filter_probs_top_p_0.9`: the cost
+/// model's name).
+const PROBS_FILTER: &str = "filter_probs_";
+/// The prefix of the `Sampler::step` families.
+const STEP: &str = "step_";
 
 /// Logits formats.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -194,23 +268,37 @@ struct Buffers<'a, B: Backend> {
     sums: B::Buffer<f32>,
     /// The same rows with each setting of [`FILTERS`], in its order.
     filtered: &'a [B::Buffer<RowParams>],
+    /// What an engine calls each step, on the rows of [`STEPS`].
+    sampler: Sampler<&'a B>,
+    steps: &'a [Vec<RowParams>],
 }
 
-/// A filter setting: its family name, how it changes a plain row, the passes it takes.
-type Setting = (&'static str, fn(RowParams) -> RowParams, u64);
+/// A filter setting: its family names from logits and from probabilities, how it changes a
+/// plain row, the passes it takes.
+type Setting = (&'static str, &'static str, fn(RowParams) -> RowParams, u64);
 
 /// The filter settings timed, those of `benches/torch_baselines.py`: top-k 50, top-p 0.9,
 /// min-p 0.05, Qwen3's top-k 20 with top-p 0.95 (joint, as SGLang; and top-k first), with the
-/// passes over the row each takes (`filters::passes`).
+/// passes over the row each takes (`filters::passes`). The names are the cost model's
+/// (`cargo xtask cost`).
 const FILTERS: [Setting; 5] = [
-    ("filter_top_k_50", |r| r.with_top_k(50), 10),
-    ("filter_top_p_0.9", |r| r.with_top_p(0.9), 10),
-    ("filter_min_p_0.05", |r| r.with_min_p(0.05), 2),
-    ("filter_qwen3_joint", |r| r.with_top_k(20).with_top_p(0.95), 10),
-    ("filter_qwen3_k_first", |r| r.with_top_k(20).with_top_p(0.95).with_order(FilterOrder::TopKFirst), 18),
+    ("filter_top_k_50", "filter_probs_top_k_50", |r| r.with_top_k(50), 10),
+    ("filter_top_p_0.9", "filter_probs_top_p_0.9", |r| r.with_top_p(0.9), 10),
+    ("filter_min_p_0.05", "filter_probs_min_p_0.05", |r| r.with_min_p(0.05), 2),
+    ("filter_qwen3_joint", "filter_probs_qwen3_joint", |r| r.with_top_k(20).with_top_p(0.95), 10),
+    (
+        "filter_qwen3_k_first",
+        "filter_probs_qwen3_k_first",
+        |r| r.with_top_k(20).with_top_p(0.95).with_order(FilterOrder::TopKFirst),
+        18,
+    ),
 ];
 
-type LaunchFn<B> = for<'x, 'a> fn(&B, Shape, &'x mut Buffers<'a, B>) -> sampling_kernels::Result<()>;
+/// The `Sampler::step` families (the cost model's names) and the top-p 0.9 rows of each: none,
+/// and row 0 (at batch 32 the mixed step of 31 plain rows and one top-p row).
+const STEPS: [(&str, usize); 2] = [("step_plain", 0), ("step_plain_and_one_top_p", 1)];
+
+type LaunchFn<B> = Box<dyn for<'x, 'a> Fn(&B, Shape, &'x mut Buffers<'a, B>) -> sampling_kernels::Result<()>>;
 
 /// One kernel family and what one call of it moves.
 struct Family<B: Backend> {
@@ -224,81 +312,73 @@ struct Family<B: Backend> {
     launch: LaunchFn<B>,
 }
 
-/// The families timed, in this order (the read kernel first), then one per setting of
-/// [`FILTERS`] (`sample_filtered` on every row).
+/// The families timed, in this order (the read kernel first), then per setting of [`FILTERS`]
+/// `sample_filtered` on every row from logits and from probabilities, then the [`STEPS`].
 fn families<B: Backend>() -> Vec<Family<B>> {
-    let mut plain: Vec<Family<B>> = vec![
-        Family {
-            name: READ,
-            input: Input::Logits,
-            passes: 1,
-            writes: 0,
-            launch: |b, s, x| b.read_rows(s, x.logits, &mut x.sums),
-        },
-        Family {
-            name: "greedy",
-            input: Input::Logits,
-            passes: 1,
-            writes: 0,
-            launch: |b, s, x| b.greedy(s, x.logits, Output::new(&mut x.tokens)),
-        },
-        Family {
-            name: RACE,
-            input: Input::Logits,
-            passes: 1,
-            writes: 0,
-            launch: |b, s, x| b.race_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens)),
-        },
-        Family {
-            name: "race_from_probs",
-            input: Input::Probs,
-            passes: 1,
-            writes: 0,
-            launch: |b, s, x| b.race_from_probs(s, &x.probs, x.rows, Output::new(&mut x.tokens)),
-        },
-        Family {
-            name: "softmax",
-            input: Input::Logits,
-            passes: 2,
-            writes: 4,
-            launch: |b, s, x| b.softmax(s, x.logits, x.rows, &mut x.probs),
-        },
-        Family {
-            name: "seeded_from_logits",
-            input: Input::Logits,
-            passes: 3,
-            writes: 0,
-            launch: |b, s, x| b.seeded_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens)),
-        },
-        Family {
-            name: "sample",
-            input: Input::Logits,
-            passes: 1,
-            writes: 0,
-            launch: |b, s, x| b.sample(s, x.logits, x.rows, Output::new(&mut x.tokens)),
-        },
+    let family = |name, input, passes, writes, launch| Family { name, input, passes, writes, launch };
+    let mut all: Vec<Family<B>> = vec![
+        family(READ, Input::Logits, 1, 0, Box::new(|b, s, x| b.read_rows(s, x.logits, &mut x.sums))),
+        family("greedy", Input::Logits, 1, 0, Box::new(|b, s, x| b.greedy(s, x.logits, Output::new(&mut x.tokens)))),
+        family(
+            RACE,
+            Input::Logits,
+            1,
+            0,
+            Box::new(|b, s, x| b.race_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens))),
+        ),
+        family(
+            "race_from_probs",
+            Input::Probs,
+            1,
+            0,
+            Box::new(|b, s, x| b.race_from_probs(s, &x.probs, x.rows, Output::new(&mut x.tokens))),
+        ),
+        family("softmax", Input::Logits, 2, 4, Box::new(|b, s, x| b.softmax(s, x.logits, x.rows, &mut x.probs))),
+        family(
+            "seeded_from_logits",
+            Input::Logits,
+            3,
+            0,
+            Box::new(|b, s, x| b.seeded_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens))),
+        ),
+        family(
+            "sample",
+            Input::Logits,
+            1,
+            0,
+            Box::new(|b, s, x| b.sample(s, x.logits, x.rows, Output::new(&mut x.tokens))),
+        ),
     ];
-    // A function pointer cannot capture the setting: one launcher per index of FILTERS.
-    let launchers: [LaunchFn<B>; 5] = [
-        |b, s, x| filtered(b, s, x, 0),
-        |b, s, x| filtered(b, s, x, 1),
-        |b, s, x| filtered(b, s, x, 2),
-        |b, s, x| filtered(b, s, x, 3),
-        |b, s, x| filtered(b, s, x, 4),
-    ];
-    plain.extend(FILTERS.iter().zip(launchers).map(|(&(name, _, passes), launch)| Family {
-        name,
-        input: Input::Logits,
-        passes,
-        writes: 0,
-        launch,
-    }));
-    plain
-}
-
-/// `sample_filtered` on the rows of setting `i` of [`FILTERS`].
-fn filtered<B: Backend>(b: &B, s: Shape, x: &mut Buffers<'_, B>, i: usize) -> sampling_kernels::Result<()> {
-    b.sample_filtered(s, Kept::Logits(x.logits), &x.filtered[i], Output::new(&mut x.tokens))
+    for (i, &(name, probs_name, _, passes)) in FILTERS.iter().enumerate() {
+        all.push(family(
+            name,
+            Input::Logits,
+            passes,
+            0,
+            Box::new(move |b, s, x| {
+                b.sample_filtered(s, Kept::Logits(x.logits), &x.filtered[i], Output::new(&mut x.tokens))
+            }),
+        ));
+        all.push(family(
+            probs_name,
+            Input::Probs,
+            passes,
+            0,
+            Box::new(move |b, s, x| {
+                b.sample_filtered(s, Kept::Probs(&x.probs), &x.filtered[i], Output::new(&mut x.tokens))
+            }),
+        ));
+    }
+    for (i, &(name, _)) in STEPS.iter().enumerate() {
+        all.push(family(
+            name,
+            Input::Logits,
+            1,
+            0,
+            Box::new(move |_, s, x| x.sampler.step(s, x.logits, &x.steps[i][..s.batch], Output::new(&mut x.tokens))),
+        ));
+    }
+    all
 }
 
 /// One measured cell.
@@ -323,9 +403,10 @@ impl Record {
     }
 }
 
-/// Times every family on every cell of `grid` that `b` takes.
-fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
-    let families = families::<B>();
+/// Times every family of `grid` on every cell of it that `b` takes, calling `on_cell` with the
+/// cells so far after each, and stops before the first cell that would start after `deadline`.
+fn measure<B: Timed>(b: &B, grid: &Grid, deadline: Option<Instant>, on_cell: &mut dyn FnMut(&[Record])) -> Vec<Record> {
+    let families: Vec<Family<B>> = families().into_iter().filter(|f| (grid.families)(f.name)).collect();
     let mut flush = if grid.cold { Flush::new(b) } else { None };
     let mut records = Vec::new();
     for &vocab in grid.vocabs {
@@ -334,12 +415,18 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
         let rows: Vec<RowParams> = (0..most as u64).map(|r| RowParams::new(0.8, 1000 + r, 7)).collect();
         let filtered: Vec<B::Buffer<RowParams>> = FILTERS
             .iter()
-            .map(|(_, with, _)| b.upload(&rows.iter().map(|&r| with(r)).collect::<Vec<_>>()).unwrap())
+            .map(|(_, _, with, _)| b.upload(&rows.iter().map(|&r| with(r)).collect::<Vec<_>>()).unwrap())
+            .collect();
+        let steps: Vec<Vec<RowParams>> = STEPS
+            .iter()
+            .map(|&(_, top_p)| {
+                rows.iter().enumerate().map(|(i, &r)| if i < top_p { r.with_top_p(0.9) } else { r }).collect()
+            })
             .collect();
         let rows = b.upload(&rows).unwrap();
         for &kind in grid.rows {
             let host: Vec<f32> = (0..most * vocab).map(|i| kind.logit(i / vocab, i % vocab, vocab)).collect();
-            for dtype in Dtype::ALL {
+            for &dtype in grid.dtypes {
                 let (f32s, bf16s);
                 let logits = match dtype {
                     Dtype::F32 => {
@@ -358,6 +445,8 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
                     tokens: b.zeros(most).unwrap(),
                     sums: b.zeros(most).unwrap(),
                     filtered: &filtered,
+                    sampler: Sampler::new(b, most).unwrap(),
+                    steps: &steps,
                 };
                 b.softmax(Shape::dense(most, vocab), x.logits, x.rows, &mut x.probs).unwrap();
                 for f in &families {
@@ -371,6 +460,10 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
                     caches.extend(cold.map(|f| (Cache::Cold, Some(f))));
                     'cells: for (cache, mut flush) in caches {
                         for &batch in &batches {
+                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                                println!("{}: stopped at the time limit, after {} cells", B::LABEL, records.len());
+                                return records;
+                            }
                             let shape = Shape::dense(batch, vocab);
                             let Some((us, clock)) = time_cell(b, f, shape, &mut x, grid.reps, flush.as_deref_mut())
                             else {
@@ -389,6 +482,7 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
                                 bytes_read: f.passes * elements * input.bytes(),
                                 bytes_written: f.writes * elements,
                             });
+                            on_cell(&records);
                         }
                     }
                 }
@@ -459,7 +553,7 @@ fn race_median(records: &[Record], r: &Record) -> Option<f64> {
 /// One line of `bench-results/<backend>.csv`: the fields are the columns, in order, the same as
 /// `benches/torch_baselines.py` writes (the bundle's `model_vs_measured.py` and `cargo xtask
 /// cost --calibrate` read them by name). Figures keep the decimals the files have always had.
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, Default)]
 struct CsvRow<'a> {
     backend: &'a str,
     device: &'a str,
@@ -509,7 +603,59 @@ fn clock_name(c: Clock) -> &'static str {
     }
 }
 
-/// Prints the table and writes the CSV and the plot.
+/// A backend's CSV as it is written: the header, then each row flushed as it comes.
+struct Csv(csv::Writer<std::fs::File>);
+
+impl Csv {
+    /// Creates (or empties) `<out>/<label>.csv` and writes the header: the fields of
+    /// [`CsvRow`], as `csv` names them for a row.
+    fn create(out: &Path, label: &str) -> Result<Csv, Box<dyn std::error::Error>> {
+        std::fs::create_dir_all(out)?;
+        let mut named = csv::Writer::from_writer(Vec::new());
+        named.serialize(CsvRow::default())?;
+        let named = named.into_inner()?;
+        let header = named.split_inclusive(|&c| c == b'\n').next().ok_or("no header line")?;
+        let mut file = std::fs::File::create(out.join(format!("{label}.csv")))?;
+        file.write_all(header)?;
+        file.flush()?;
+        Ok(Csv(csv::WriterBuilder::new().has_headers(false).from_writer(file)))
+    }
+
+    fn write(&mut self, row: CsvRow) -> Result<(), Box<dyn std::error::Error>> {
+        self.0.serialize(row)?;
+        self.0.flush()?;
+        Ok(())
+    }
+}
+
+/// The CSV row of `r`, with the read kernel's best bandwidth and the race's median among
+/// `records` (the run's, or the cells measured so far).
+fn csv_row<'a>(label: &'a str, device: &'a str, reps: usize, records: &[Record], r: &Record) -> CsvRow<'a> {
+    let peak = read_peak(records);
+    CsvRow {
+        backend: label,
+        device,
+        clock: clock_name(r.clock),
+        kernel: r.kernel,
+        dtype: r.dtype.name(),
+        rows: r.rows,
+        batch: r.batch,
+        vocab: r.vocab,
+        reps,
+        median_us: r.us.median,
+        q1_us: r.us.q1,
+        q3_us: r.us.q3,
+        bytes_read: r.bytes_read,
+        bytes_written: r.bytes_written,
+        gbps: r.gbps(),
+        read_peak_gbps: peak,
+        frac_read_peak: r.gbps() / peak,
+        ratio_to_race: race_median(records, r).map(|m| r.us.median / m),
+        cache: r.cache.name(),
+    }
+}
+
+/// Prints the table and rewrites the CSV with the whole run's figures, and writes the plot.
 fn report(
     label: &str,
     device: &str,
@@ -528,11 +674,9 @@ fn report(
         "| kernel | dtype | rows | cache | batch | vocab | median us [IQR] | MB moved | GB/s | x read peak | x race |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    std::fs::create_dir_all(out)?;
-    let mut csv = csv::Writer::from_path(out.join(format!("{label}.csv")))?;
+    let mut csv = Csv::create(out, label)?;
     for r in records {
-        let ratio = race_median(records, r).map(|m| r.us.median / m);
-        let ratio_text = ratio.map_or("-".to_string(), |x| format!("{x:.2}"));
+        let row = csv_row(label, device, reps, records, r);
         println!(
             "| {} | {} | {} | {} | {} | {} | {:.1} [{:.1}, {:.1}] | {:.2} | {:.2} | {:.3} | {} |",
             r.kernel,
@@ -545,33 +689,12 @@ fn report(
             r.us.q1,
             r.us.q3,
             (r.bytes_read + r.bytes_written) as f64 / 1e6,
-            r.gbps(),
-            r.gbps() / peak,
-            ratio_text
+            row.gbps,
+            row.frac_read_peak,
+            row.ratio_to_race.map_or("-".to_string(), |x| format!("{x:.2}"))
         );
-        csv.serialize(CsvRow {
-            backend: label,
-            device,
-            clock: clock_name(r.clock),
-            kernel: r.kernel,
-            dtype: r.dtype.name(),
-            rows: r.rows,
-            batch: r.batch,
-            vocab: r.vocab,
-            reps,
-            median_us: r.us.median,
-            q1_us: r.us.q1,
-            q3_us: r.us.q3,
-            bytes_read: r.bytes_read,
-            bytes_written: r.bytes_written,
-            gbps: r.gbps(),
-            read_peak_gbps: peak,
-            frac_read_peak: r.gbps() / peak,
-            ratio_to_race: ratio,
-            cache: r.cache.name(),
-        })?;
+        csv.write(row)?;
     }
-    csv.flush()?;
     plot(&out.join(format!("{label}.svg")), label, device, records, peak)?;
     println!("wrote {0}/{label}.csv and {0}/{label}.svg", out.display());
     Ok(())
@@ -665,48 +788,117 @@ fn plot(
     Ok(())
 }
 
-fn run<B: Timed>(b: &B, grid: &Grid, out: &Path) {
-    let records = measure(b, grid);
-    if records.is_empty() {
-        return;
+/// What this invocation runs: the cells, the backends (`SK_BENCH_BACKENDS`; `None`: every one
+/// present), where the CSVs go, and when it stops (`SK_BENCH_SECONDS`).
+struct Plan {
+    grid: &'static Grid,
+    named: Option<Vec<String>>,
+    out: std::path::PathBuf,
+    deadline: Option<Instant>,
+}
+
+impl Plan {
+    fn from_env() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let stage = std::env::var("SK_BENCH_STAGE")
+            .ok()
+            .or_else(|| args.iter().position(|a| a == "--stage").and_then(|i| args.get(i + 1).cloned()));
+        let full = std::env::var("SK_BENCH_FULL").is_ok_and(|v| v == "1") || args.iter().any(|a| a == "--full");
+        let grid = match stage {
+            Some(name) => STAGES.iter().find(|(n, _)| *n == name).map(|(_, g)| g).unwrap_or_else(|| {
+                panic!("no stage {name}; the stages: {:?}", STAGES.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            }),
+            None if full => &FULL,
+            None => &QUICK,
+        };
+        let seconds = std::env::var("SK_BENCH_SECONDS")
+            .ok()
+            .map(|s| s.parse::<f64>().unwrap_or_else(|e| panic!("SK_BENCH_SECONDS={s}: {e}")));
+        Plan {
+            grid,
+            named: std::env::var("SK_BENCH_BACKENDS").ok().map(|v| v.split(',').map(str::to_string).collect()),
+            out: std::env::var("SK_BENCH_OUT").unwrap_or_else(|_| "bench-results".into()).into(),
+            deadline: seconds.map(|s| Instant::now() + Duration::from_secs_f64(s)),
+        }
     }
-    report(B::LABEL, &b.describe(), grid.reps, &records, out)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+
+    /// Whether `SK_BENCH_BACKENDS` names the backend.
+    fn names(&self, label: &str) -> bool {
+        self.named.as_ref().is_some_and(|n| n.iter().any(|l| l == label))
+    }
+
+    /// Whether the backend is to be timed where present.
+    fn wants(&self, label: &str) -> bool {
+        self.named.is_none() || self.names(label)
+    }
+
+    /// Says the backend is not run and why; one that `SK_BENCH_BACKENDS` names still gets its
+    /// CSV, the header alone, so a run on a machine without it shows what it would have written.
+    fn absent(&self, label: &str, why: &dyn std::fmt::Display) {
+        println!("{label}: not run ({why})");
+        if self.names(label) {
+            Csv::create(&self.out, label).unwrap_or_else(|e| panic!("writing {}: {e}", self.out.display()));
+            println!("wrote {}/{label}.csv (the header alone)", self.out.display());
+        }
+    }
+
+    /// Times `b` on the grid, writing its CSV as the cells end, then the table and the plot.
+    fn run<B: Timed>(&self, b: &B) {
+        let (label, device, out) = (B::LABEL, b.describe(), &self.out);
+        let mut csv = Csv::create(out, label).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+        let records = measure(b, self.grid, self.deadline, &mut |records| {
+            let row = csv_row(label, &device, self.grid.reps, records, records.last().expect("a cell"));
+            csv.write(row).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+        });
+        if records.is_empty() {
+            return;
+        }
+        report(label, &device, self.grid.reps, &records, out)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+    }
 }
 
 fn main() {
-    let full = std::env::var("SK_BENCH_FULL").is_ok_and(|v| v == "1") || std::env::args().any(|a| a == "--full");
-    let grid = if full { &FULL } else { &QUICK };
-    let out = std::env::var("SK_BENCH_OUT").unwrap_or_else(|_| "bench-results".into());
-    let out = Path::new(&out);
+    let plan = Plan::from_env();
+    let grid = plan.grid;
     println!(
-        "kernels bench ({}): batches {:?} x vocabularies {:?} x f32, bf16 x rows {:?}",
-        if full { "full grid" } else { "quick subset; --full or SK_BENCH_FULL=1 for the whole grid" },
+        "kernels bench ({}): batches {:?} x vocabularies {:?} x {:?} x rows {:?}",
+        match STAGES.iter().find(|(_, g)| std::ptr::eq(g, grid)) {
+            Some((name, _)) => format!("stage {name}"),
+            None if std::ptr::eq(grid, &FULL) => "full grid".into(),
+            None => "quick subset; --full or SK_BENCH_FULL=1 for the whole grid".into(),
+        },
         grid.batches,
         grid.vocabs,
+        grid.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
         grid.rows.iter().map(|r| r.name()).collect::<Vec<_>>()
     );
     // CUDA first: on a GPU machine it is the figure that matters most within the time given.
-    // The CPU oracle only where no device backend ran (on a GPU machine its figures say nothing
-    // about the kernels, and the bundle's time is short).
+    // The CPU oracle only where named, or where no device backend ran (on a GPU machine its
+    // figures say nothing about the kernels, and the bundle's time is short).
     let mut ran = false;
     #[cfg(feature = "cuda")]
-    match sampling_kernels::CudaBackend::new(0) {
-        Ok(b) => {
-            run(&b, grid, out);
-            ran = true;
+    if plan.wants("cuda") {
+        match sampling_kernels::CudaBackend::new(0) {
+            Ok(b) => {
+                plan.run(&b);
+                ran = true;
+            }
+            Err(e) => plan.absent("cuda", &e),
         }
-        Err(e) => println!("cuda: not run ({e})"),
     }
     #[cfg(feature = "wgpu")]
-    match sampling_kernels::WgpuBackend::new() {
-        Ok(b) => {
-            run(&b, grid, out);
-            ran = true;
+    if plan.wants("wgpu") {
+        match sampling_kernels::WgpuBackend::new() {
+            Ok(b) => {
+                plan.run(&b);
+                ran = true;
+            }
+            Err(e) => plan.absent("wgpu", &e),
         }
-        Err(e) => println!("wgpu: not run ({e})"),
     }
-    if !ran || std::env::var("SK_BENCH_CPU").is_ok_and(|v| v == "1") {
-        run(&CpuBackend, grid, out);
+    let cpu = std::env::var("SK_BENCH_CPU").is_ok_and(|v| v == "1");
+    if plan.names("cpu") || (plan.named.is_none() && (!ran || cpu)) {
+        plan.run(&CpuBackend);
     }
 }

@@ -26,20 +26,27 @@ idle between the events. Median and interquartile range of `--reps` calls after 
 The CSV has the columns of `benches/kernels.rs`. `bytes_read` is one read of the logits (the
 least any sampler reads) and `bytes_written` 0: torch's intermediate tensors are not counted, so
 `gbps` is the effective bandwidth of one read. `ratio_to_race` is to `torch_race` on the same
-cell (the crate's CSV compares with its own race from logits).
+cell (the crate's CSV compares with its own race from logits). It is written as the cells end
+(the header first, then each row, flushed, with the figures of the cells so far), and rewritten
+with the whole run's at the end; `--seconds S` stops before the first cell that would start
+after S seconds. Without torch or a CUDA device it says so and writes the header alone.
+`benches/flashinfer_baselines.py` times FlashInfer with the helpers here.
 
-    python3 benches/torch_baselines.py OUT.csv [--full] [--reps N] [--compile]
+    python3 benches/torch_baselines.py OUT.csv [--full] [--reps N] [--compile] [--seconds S]
     python3 benches/torch_baselines.py --self-check   # the hash's known answers; no torch needed
 """
 
 import argparse
 import sys
+import time
 
 # The grids of benches/kernels.rs (FULL and QUICK there).
-FULL = dict(batches=[1, 8, 32, 64, 256], vocabs=[32768, 128256, 151936], rows=["model_like", "peaked", "flat"], reps=50)
+FULL = dict(batches=[1, 8, 32, 64, 256], vocabs=[32768, 128256, 151936], rows=["model_like", "peaked", "flat"], reps=50, cold=True)
 QUICK = dict(batches=[1, 8, 32], vocabs=[32768, 151936], rows=["model_like", "peaked", "flat"], reps=10)
 WARMUP = 2
 TEMPERATURE = 0.8
+# The logits formats by the CSV's name, as torch names them.
+DTYPES = {"f32": "float32", "bf16": "bfloat16"}
 TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
 # (top_k, top_p, min_p): Qwen3's generation_config, top-k alone, top-p alone, min-p alone.
 FILTERS = [(20, 0.95, 0.0), (20, 1.0, 0.0), (50, 1.0, 0.0), (TOP_K_ALL, 0.9, 0.0), (TOP_K_ALL, 0.95, 0.0), (TOP_K_ALL, 1.0, 0.05)]
@@ -168,9 +175,12 @@ def make_paths(torch, compile_seeded):
         ("torch_seeded", seeded),
     ]
     for k, p, m in FILTERS:
-        name = f"torch_filtered_k{'all' if k == TOP_K_ALL else k}_p{p}_minp{m}"
-        paths.append((name, filtered(k, p, m)))
+        paths.append((filtered_name(k, p, m), filtered(k, p, m)))
     return paths
+
+
+def filtered_name(top_k, top_p, min_p):
+    return f"torch_filtered_k{'all' if top_k == TOP_K_ALL else top_k}_p{top_p}_minp{min_p}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,12 +207,18 @@ def stats(samples):
     return s[n // 2], s[n // 4], s[3 * n // 4]
 
 
-def time_path(torch, fn, logits, rows, reps):
+def time_path(torch, fn, logits, rows, reps, flush=None):
+    """Median and quartiles in microseconds of `reps` calls after the warm-ups, each between two
+    CUDA events; with `flush`, it runs before every call (warm-ups included), outside the events."""
     for _ in range(WARMUP):
+        if flush:
+            flush()
         fn(logits, rows)
     torch.cuda.synchronize()
     us = []
     for _ in range(reps):
+        if flush:
+            flush()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn(logits, rows)
@@ -212,17 +228,108 @@ def time_path(torch, fn, logits, rows, reps):
     return stats(us)
 
 
-def run(out_path, grid, compile_seeded):
-    import torch
+def make_flush(torch, device):
+    """What the crate's bench reads before a cold call: four buffers of 64 MiB, four times an
+    H200's 50 MB L2, so the call's first read of each row comes from DRAM (`benches/kernels.rs`)."""
+    buffers = [torch.ones(16 << 20, device=device) for _ in range(4)]
 
+    def flush():
+        for b in buffers:
+            b.sum()
+
+    return flush
+
+
+def cuda_device():
+    """torch and its CUDA device, or None after saying why not (so a run without them still ends
+    cleanly, its CSV the header alone)."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"torch: not run (no torch: {e})")
+        return None
     if not torch.cuda.is_available():
-        sys.exit("torch_baselines: no CUDA device (these baselines time CUDA events)")
-    device = torch.device("cuda")
+        print("torch: not run (no CUDA device: these baselines time CUDA events)")
+        return None
+    return torch, torch.device("cuda")
+
+
+class Csv:
+    """A CSV of cells with the columns of `benches/kernels.rs`, written as they end: the header at
+    once, then each row flushed, its `read_peak_gbps` and `ratio_to_race` from the cells so far
+    (`read` and `race` name the kernels they come from); `close` prints the table and rewrites the
+    file with the whole run's figures."""
+
+    def __init__(self, path, read, race):
+        self.path, self.read, self.race, self.records = path, read, race, []
+        self.file = open(path, "w")
+        self.file.write(CSV_HEADER + "\n")
+        self.file.flush()
+
+    def add(self, record):
+        """`record`: backend, device, kernel, dtype, rows, cache, batch, vocab, reps, median, q1,
+        q3, bytes_read."""
+        record["gbps"] = record["bytes_read"] / record["median"] / 1e3
+        self.records.append(record)
+        self.file.write(self.line(record) + "\n")
+        self.file.flush()
+
+    def peak(self):
+        return max((r["gbps"] for r in self.records if r["kernel"] == self.read), default=float("nan"))
+
+    def ratio(self, r):
+        cell = lambda o: (o["dtype"], o["rows"], o["cache"], o["batch"], o["vocab"])
+        race = next((o["median"] for o in self.records if o["kernel"] == self.race and cell(o) == cell(r)), None)
+        return r["median"] / race if race else None
+
+    def line(self, r):
+        peak, ratio = self.peak(), self.ratio(r)
+        return (
+            f"{r['backend']},\"{r['device']}\",device,{r['kernel']},{r['dtype']},{r['rows']},{r['batch']},{r['vocab']},"
+            f"{r['reps']},{r['median']:.3f},{r['q1']:.3f},{r['q3']:.3f},{r['bytes_read']},0,{r['gbps']:.3f},"
+            f"{peak:.3f},{r['gbps'] / peak:.4f},{'' if ratio is None else f'{ratio:.4f}'},{r['cache']}"
+        )
+
+    def close(self):
+        self.file.close()
+        if not self.records:
+            print(f"wrote {self.path} (the header alone)")
+            return
+        print(f"clock: device (CUDA events); {self.read}'s best: {self.peak():.2f} GB/s")
+        print(f"| backend | kernel | dtype | rows | cache | batch | vocab | median us [IQR] | GB/s (one read) | x read peak | x {self.race} |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in self.records:
+            ratio = self.ratio(r)
+            print(
+                f"| {r['backend']} | {r['kernel']} | {r['dtype']} | {r['rows']} | {r['cache']} | {r['batch']} | {r['vocab']} | "
+                f"{r['median']:.1f} [{r['q1']:.1f}, {r['q3']:.1f}] | {r['gbps']:.2f} | {r['gbps'] / self.peak():.3f} | "
+                f"{'-' if ratio is None else f'{ratio:.2f}'} |"
+            )
+        with open(self.path, "w") as f:
+            f.write("\n".join([CSV_HEADER] + [self.line(r) for r in self.records]) + "\n")
+        print(f"wrote {self.path}")
+
+
+def run(out_path, grid, compile_seeded, seconds=None):
+    csv = Csv(out_path, read="torch_read", race="torch_race")
+    found = cuda_device()
+    if found:
+        torch, device = found
+        measure(torch, device, csv, make_paths(torch, compile_seeded), grid, seconds)
+    csv.close()
+
+
+def measure(torch, device, csv, paths, grid, seconds=None):
+    """Every path of `paths` ((name, fn(logits, rows)), the backend named before the first `_`)
+    on every cell of `grid` (warm, and with `grid["cold"]` cold for the first row kind in f32),
+    each row into `csv`; stops before the first cell that would start after `seconds`. `rows`
+    holds the per-row tensors, and the logits over the temperature (`scaled`) and their softmax
+    (`probs`) for the same rows."""
+    deadline = None if seconds is None else time.monotonic() + seconds
     name = torch.cuda.get_device_name(device)
-    paths = make_paths(torch, compile_seeded)
+    flush = make_flush(torch, device) if grid.get("cold") else None
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
-    records = []
     for vocab in grid["vocabs"]:
         most = max(grid["batches"])
         seeds = torch.arange(most, device=device, dtype=torch.int64) + 1000
@@ -234,52 +341,41 @@ def run(out_path, grid, compile_seeded):
         )
         for kind in grid["rows"]:
             host = make_logits(torch, kind, most, vocab, gen, device)
-            for dtype_name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
-                logits_all = host.to(dtype)
+            # For paths that take no temperature (FlashInfer's from logits) and those from
+            # probabilities: computed here, outside the timing.
+            scaled = host / TEMPERATURE
+            probs = torch.softmax(scaled, dim=-1)
+            for dtype_name in grid.get("dtypes", DTYPES):
+                dtype = getattr(torch, DTYPES[dtype_name])
+                logits_all, scaled_all = host.to(dtype), scaled.to(dtype)
+                caches = [("warm", None)] + ([("cold", flush)] if flush and kind == grid["rows"][0] and dtype_name == "f32" else [])
                 for path_name, fn in paths:
-                    for batch in grid["batches"]:
-                        logits = logits_all[:batch]
-                        rows = {k: v[:batch] for k, v in rows_all.items()}
-                        median, q1, q3 = time_path(torch, fn, logits, rows, grid["reps"])
-                        records.append(
-                            dict(
-                                kernel=path_name,
-                                dtype=dtype_name,
-                                rows=kind,
-                                batch=batch,
-                                vocab=vocab,
-                                median=median,
-                                q1=q1,
-                                q3=q3,
-                                bytes_read=batch * vocab * logits.element_size(),
+                    for cache, before in caches:
+                        for batch in grid["batches"]:
+                            if deadline is not None and time.monotonic() >= deadline:
+                                print(f"stopped at the time limit ({seconds} s), after {len(csv.records)} cells")
+                                return
+                            logits = logits_all[:batch]
+                            rows = {k: v[:batch] for k, v in rows_all.items()}
+                            rows.update(scaled=scaled_all[:batch], probs=probs[:batch])
+                            median, q1, q3 = time_path(torch, fn, logits, rows, grid["reps"], before)
+                            csv.add(
+                                dict(
+                                    backend=path_name.split("_")[0],
+                                    device=name,
+                                    kernel=path_name,
+                                    dtype=dtype_name,
+                                    rows=kind,
+                                    cache=cache,
+                                    batch=batch,
+                                    vocab=vocab,
+                                    reps=grid["reps"],
+                                    median=median,
+                                    q1=q1,
+                                    q3=q3,
+                                    bytes_read=batch * vocab * logits.element_size(),
+                                )
                             )
-                        )
-    write(out_path, name, grid["reps"], records)
-
-
-def write(out_path, device, reps, records):
-    for r in records:
-        r["gbps"] = r["bytes_read"] / r["median"] / 1e3
-    peak = max((r["gbps"] for r in records if r["kernel"] == "torch_read"), default=float("nan"))
-    race = {(r["dtype"], r["rows"], r["batch"], r["vocab"]): r["median"] for r in records if r["kernel"] == "torch_race"}
-    print(f"torch: {device}; clock: device (CUDA events); {reps} calls a cell; torch_read's best: {peak:.2f} GB/s")
-    print("| kernel | dtype | rows | batch | vocab | median us [IQR] | GB/s (one read) | x read peak | x torch_race |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    lines = [CSV_HEADER]
-    for r in records:
-        ratio = r["median"] / race[(r["dtype"], r["rows"], r["batch"], r["vocab"])]
-        print(
-            f"| {r['kernel']} | {r['dtype']} | {r['rows']} | {r['batch']} | {r['vocab']} | "
-            f"{r['median']:.1f} [{r['q1']:.1f}, {r['q3']:.1f}] | {r['gbps']:.2f} | {r['gbps'] / peak:.3f} | {ratio:.2f} |"
-        )
-        lines.append(
-            f"torch,\"{device}\",device,{r['kernel']},{r['dtype']},{r['rows']},{r['batch']},{r['vocab']},{reps},"
-            f"{r['median']:.3f},{r['q1']:.3f},{r['q3']:.3f},{r['bytes_read']},0,{r['gbps']:.3f},{peak:.3f},"
-            f"{r['gbps'] / peak:.4f},{ratio:.4f},warm"
-        )
-    with open(out_path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print(f"wrote {out_path}")
 
 
 def main():
@@ -288,6 +384,7 @@ def main():
     ap.add_argument("--full", action="store_true", help="the whole grid (default: the quick subset)")
     ap.add_argument("--reps", type=int, help="timed calls per cell")
     ap.add_argument("--compile", action="store_true", help="torch.compile the seeded path, as SGLang does")
+    ap.add_argument("--seconds", type=float, help="stop before the first cell that would start after this")
     ap.add_argument("--self-check", action="store_true", help="check the hash's known answers and exit")
     args = ap.parse_args()
     self_check()
@@ -298,7 +395,7 @@ def main():
     grid = dict(FULL if args.full else QUICK)
     if args.reps:
         grid["reps"] = args.reps
-    run(args.out, grid, args.compile)
+    run(args.out, grid, args.compile, args.seconds)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 //!
 //! - `gen [--check]`: write (or verify) `shaders/`, `kernels/` and `src/generated.rs` from the IR.
 //! - `test [cargo nextest run args]`: every test, then a table of backends, devices and checks run.
-//! - `bundle-device`: release test binaries and a script for the GPU machine, in `dist/device/`.
+//! - `bundle-device [--dry-run]`: release test and bench binaries and a script for the GPU
+//!   machine, in `dist/device.tgz`; `--dry-run` runs it here, CUDA hidden, and checks its output.
 //! - `ptx-report`: registers, shared memory, spills and occupancy of every kernel (NVRTC + ptxas).
 //! - `cost [--check] [--calibrate] [--kernels DIR]`: the modelled time of every kernel on a T4 and
 //!   an H200, from its SASS (nvcc + cuobjdump); see `cost/mod.rs`.
@@ -53,9 +54,9 @@ fn main() -> ExitCode {
             ptx_report::run()
         }
         Some("cost") => cost::run(&root(), &args[1..]),
-        Some("bundle-device") => bundle::run(&root()),
+        Some("bundle-device") => bundle::run(&root(), &args[1..]),
         Some("test") => test_runner::run(&root(), &args[1..]),
-        _ => Err("usage: cargo xtask gen [--check] | test [nextest args] | ptx-report | cost [--check] [--calibrate] [--kernels DIR] | bundle-device".to_string()),
+        _ => Err("usage: cargo xtask gen [--check] | test [nextest args] | ptx-report | cost [--check] [--calibrate] [--kernels DIR] | bundle-device [--dry-run]".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
