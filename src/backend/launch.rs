@@ -941,58 +941,48 @@ mod tests {
     #[test]
     fn merge_dispatches_follow_split_launches() {
         let split = Split { merge_dispatch: true, ..h200_split() };
-        let (x, mut t) = (vec![0.0f32; 4 * 151_936], vec![0u32; 4]);
+        // The planner's buffers are vectors of the call's own length.
+        let (x1, x4, small) = (vec![0.0f32; 151_936], vec![0.0f32; 4 * 151_936], vec![0.0f32; 4 * 1024]);
+        let (mut t1, mut t4) = (vec![0u32; 1], vec![0u32; 4]);
         let merged = |plan: &Plan<usize>| -> Vec<(&str, bool)> {
             plan.iter().map(|l| (l.kernel.name, l.params[3] & FLAG_MERGE != 0)).collect()
         };
         let shape = Shape::dense(1, 151_936);
-        let rows = vec![RowParams::new(0.8, 1, 0); 4];
-        let job: Job<'_, Planner> =
-            Job::Greedy { shape, logits: Logits::F32(&x[..shape.elements()]), out: Output::new(&mut t[..1]) };
+        let rows = vec![RowParams::new(0.8, 1, 0); 1];
+        let job: Job<'_, Planner> = Job::Greedy { shape, logits: Logits::F32(&x1), out: Output::new(&mut t1) };
         let plan = Launch::plan(&job, &split).unwrap();
         assert_eq!(merged(&plan), [("greedy_f32", false), ("greedy_f32", true)]);
         assert_eq!(Launch::plan(&job, &h200_split()).unwrap().len(), 1);
-        let job: Job<'_, Planner> = Job::SeededLogits {
-            shape,
-            logits: Logits::F32(&x[..shape.elements()]),
-            rows: &rows[..1],
-            out: Output::new(&mut t[..1]),
-        };
+        let job: Job<'_, Planner> =
+            Job::SeededLogits { shape, logits: Logits::F32(&x1), rows: &rows, out: Output::new(&mut t1) };
         assert_eq!(
             merged(&Launch::plan(&job, &split).unwrap()),
             [("seeded_logits_f32", false), ("seeded_logits_f32", true)]
         );
         let top_p = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
-        for (batch, want) in [
-            (
-                1,
-                vec![
-                    ("top_k_parts_logits_f32", false),
-                    ("top_k_parts_logits_f32", true),
-                    ("top_k_merge_logits_f32", false),
-                    ("top_k_merge_logits_f32", true),
-                ],
-            ),
-            (
-                4,
-                vec![
-                    ("top_k_parts_logits_f32", false),
-                    ("top_k_parts_logits_f32", true),
-                    ("top_p_cut_logits_f32", false),
-                    ("top_k_merge_logits_f32", false),
-                ],
-            ),
-        ] {
-            let shape = Shape::dense(batch, 151_936);
-            let input = Input::Logits(Logits::F32(&x[..shape.elements()]));
-            let job: Job<'_, Planner> =
-                Job::Filter { shape, input, rows: &top_p[..batch], out: Output::new(&mut t[..batch]) };
-            assert_eq!(merged(&Launch::plan(&job, &split).unwrap()), want, "batch {batch}");
-        }
+        let one_row = top_p[..1].to_vec();
+        let one_top_p = [
+            ("top_k_parts_logits_f32", false),
+            ("top_k_parts_logits_f32", true),
+            ("top_k_merge_logits_f32", false),
+            ("top_k_merge_logits_f32", true),
+        ];
+        let job: Job<'_, Planner> =
+            Job::Filter { shape, input: Input::Logits(Logits::F32(&x1)), rows: &one_row, out: Output::new(&mut t1) };
+        assert_eq!(merged(&Launch::plan(&job, &split).unwrap()), one_top_p);
+        let four_top_p = [
+            ("top_k_parts_logits_f32", false),
+            ("top_k_parts_logits_f32", true),
+            ("top_p_cut_logits_f32", false),
+            ("top_k_merge_logits_f32", false),
+        ];
+        let shape = Shape::dense(4, 151_936);
+        let job: Job<'_, Planner> =
+            Job::Filter { shape, input: Input::Logits(Logits::F32(&x4)), rows: &top_p, out: Output::new(&mut t4) };
+        assert_eq!(merged(&Launch::plan(&job, &split).unwrap()), four_top_p);
         // Rows whole: no merge dispatch.
         let shape = Shape::dense(4, 1024);
-        let job: Job<'_, Planner> =
-            Job::Greedy { shape, logits: Logits::F32(&x[..shape.elements()]), out: Output::new(&mut t) };
+        let job: Job<'_, Planner> = Job::Greedy { shape, logits: Logits::F32(&small), out: Output::new(&mut t4) };
         let whole = Split { target_groups: 4, ..split };
         assert_eq!(merged(&Launch::plan(&job, &whole).unwrap()), [("greedy_f32", false)]);
     }
