@@ -314,6 +314,10 @@ fn requests_are_checked() {
     check(LogprobsRequest::new(mode, 2, &[1, 1]).with_ids(&offsets, &[5, 6, 7]), 2, &|e| {
         matches!(e, Error::BufferTooShort { name: "requested_logprobs", len: 2, need: 3 })
     });
+    // Offsets past the batch's `batch + 1` are not read.
+    let mut b = Buffers::new(2, 1, 2);
+    b.step(shape, &x, &rows, None, &LogprobsRequest::new(mode, 1, &[1, 1]).with_ids(&[0, 1, 2, 9], &[5, 6])).unwrap();
+    assert_eq!(b.requested, [values(mode, &[0.5; 40], &[0.5; 40], &rows[0])[5]; 2]);
 }
 
 /// The device backends' kernels do not compute log-probabilities yet: the step is refused

@@ -66,9 +66,9 @@ impl<'a> LogprobsRequest<'a> {
     pub fn ids(&self) -> &'a [u32] {
         self.ids
     }
-    /// How many ids are requested, all rows together.
-    fn total_ids(&self) -> usize {
-        self.offsets.last().map_or(0, |&o| o as usize)
+    /// Where the ids of a batch of `batch` rows end (0 without ids).
+    fn ids_end(&self, batch: usize) -> usize {
+        self.offsets.get(batch).map_or(0, |&o| o as usize)
     }
 
     /// The refusal of a backend that does not compute log-probabilities.
@@ -114,7 +114,7 @@ impl<'a> LogprobsRequest<'a> {
         need("top_logprob_ids", B::len(out.top_ids), batch * self.n_max)?;
         need("sampled_logprob", B::len(out.sampled), batch)?;
         need("sampled_rank", B::len(out.rank), batch)?;
-        need("requested_logprobs", out.requested.as_ref().map_or(0, |b| B::len(*b)), self.total_ids())
+        need("requested_logprobs", out.requested.as_ref().map_or(0, |b| B::len(*b)), self.ids_end(batch))
     }
 }
 
