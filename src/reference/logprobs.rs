@@ -1,7 +1,8 @@
 //! Log-probabilities of one row as the engines return them (docs/logprobs.md): the row's values
 //! under a [`LogprobsMode`], its `n` largest (ties to the lower index) and a token's rank, as
-//! vLLM v1 counts it. Computed in float64 and rounded once to float32; the ordering and the rank
-//! are taken on those float32 values, the ones an engine receives.
+//! vLLM v1 counts it. Each log_softmax is computed in float64 and rounded once to float32 (the
+//! processed logits are the float32 `l / T`, and SGLang's mode rounds where SGLang does); the
+//! ordering and the rank are taken on the float32 values, the ones an engine receives.
 
 use super::filters::kept_from_logits;
 use super::softmax::{scaled_f32, sglang_logprobs};
