@@ -59,6 +59,25 @@ pub enum Error {
         /// The first stage input the call gives ("logit bias", "repetition penalty", ...).
         feature: &'static str,
     },
+    /// A call asks for log-probabilities ([`crate::LogprobsRequest`]), which this backend's
+    /// kernels do not compute yet (the CPU backend does); nothing was launched, so no token is
+    /// sampled without the values asked for.
+    #[error("this backend's kernels do not compute log-probabilities ({mode}) yet; nothing was launched")]
+    UnsupportedLogprobs {
+        /// The mode asked for (`raw_logprobs`, ...).
+        mode: &'static str,
+    },
+    /// A log-probability request breaks a rule of the whole call (a row's own counts and ids
+    /// are [`Error::Param`]s).
+    #[error("log-probabilities: {field} = {value}: {rule}")]
+    Logprobs {
+        /// The parameter.
+        field: &'static str,
+        /// Its value, as given.
+        value: usize,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
     /// The CUDA driver is older than CUDA 12.0 (driver 525), the oldest whose PTX ISA the
     /// kernels are built and checked for; nothing was compiled.
     #[error("the CUDA {driver} driver is older than CUDA 12.0 (driver 525), the oldest the kernels support")]

@@ -41,6 +41,7 @@ pub mod types;
 pub use backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{CudaAlias, CudaAliasMut, CudaBackend, CudaBuffer};
+pub use backend::logprobs::{LogprobsOutput, LogprobsRequest, MAX_TOP_LOGPROBS};
 pub use backend::stage::{LogitsStage, TokenLists, ValuedLists};
 pub use backend::timing::{Clock, LaunchTime};
 #[cfg(feature = "wgpu")]
@@ -52,8 +53,8 @@ pub use cudarc;
 pub use error::{Error, Result};
 pub use sampler::Sampler;
 pub use types::{
-    Definitions, Element, Filters, Order as FilterOrder, RepetitionScope, RowMode, RowParams, SeededHash, Shape,
-    StageRow, GREEDY_EPS, RANK_CAP, STATUS_UNRANKED,
+    Definitions, Element, Filters, LogprobsMode, Order as FilterOrder, RepetitionScope, RowMode, RowParams, SeededHash,
+    Shape, StageRow, GREEDY_EPS, RANK_CAP, STATUS_UNRANKED,
 };
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]

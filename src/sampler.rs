@@ -4,6 +4,7 @@
 //! kernel over the filtered rows), the row records' device buffers made once and rewritten in
 //! place.
 
+use crate::backend::logprobs::{LogprobsOutput, LogprobsRequest};
 use crate::backend::stage::LogitsStage;
 #[cfg(feature = "wgpu")]
 use crate::backend::wgpu::WgpuBackend;
@@ -205,6 +206,47 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             .and_then(|()| self.step(shape, Logits::F32(&staged), rows, out));
         self.staged = Some(staged);
         result
+    }
+}
+
+impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
+    /// A step ([`step`](Self::step), or [`step_staged`](Self::step_staged) with a `stage`) and
+    /// the log-probabilities `request` asks for, written to `logprobs`: each row's top-n values
+    /// and ids, the requested ids' values, and the sampled token's value and rank, under the
+    /// request's [`LogprobsMode`](crate::LogprobsMode) (docs/logprobs.md). The raw modes read
+    /// `logits` as given; the processed modes and SGLang's read them after the stage, with the
+    /// row's temperature (and, processed, its filters). The sampled token is the one written to
+    /// `out` (0 for a row with nothing to sample).
+    ///
+    /// The CPU backend computes them; the wgpu and CUDA backends refuse the call with
+    /// [`Error::UnsupportedLogprobs`] before anything is launched. The request and the buffers
+    /// are checked first (a requested id outside the vocabulary is an [`Error::Param`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_with_logprobs(
+        &mut self,
+        shape: Shape,
+        logits: Logits<'_, B>,
+        rows: &[RowParams],
+        stage: Option<&LogitsStage<'_, B>>,
+        request: &LogprobsRequest<'_>,
+        mut out: Output<'_, B>,
+        logprobs: LogprobsOutput<'_, B>,
+    ) -> Result<()> {
+        shape.validate()?;
+        request.validate(shape, &logprobs)?;
+        if !self.backend.computes_logprobs() {
+            return Err(request.unsupported());
+        }
+        match stage {
+            Some(stage) => self.step_staged(shape, logits, rows, stage, out.reborrow())?,
+            None => self.step(shape, logits, rows, out.reborrow())?,
+        }
+        // `staged` holds this call's stage only where the stage changed anything.
+        let staged = match (stage, &self.staged) {
+            (Some(stage), Some(staged)) if stage.first_feature().is_some() => Logits::F32(staged),
+            _ => logits,
+        };
+        self.backend.write_logprobs(shape, logits, staged, rows, out.tokens, request, logprobs)
     }
 }
 

@@ -534,3 +534,57 @@ impl StageRow {
         Ok(())
     }
 }
+
+/// Which values a call's log-probabilities are (docs/logprobs.md): vLLM's four
+/// `LogprobsMode`s and SGLang's default. Every mode reads NaN as -inf, as the samplers do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LogprobsMode {
+    /// log_softmax of the logits as given, before the logits stage and the temperature (vLLM's
+    /// default, and the crate's).
+    #[default]
+    RawLogprobs,
+    /// The logits as given.
+    RawLogits,
+    /// log_softmax of the processed logits ([`ProcessedLogits`](Self::ProcessedLogits)).
+    ProcessedLogprobs,
+    /// The logits after the stage, divided by the row's temperature (1 for greedy rows), with
+    /// every token outside the row's kept set (top-k, top-p, min-p; none for greedy rows) at -inf.
+    ProcessedLogits,
+    /// SGLang's: the float32 log of the float32 softmax of the staged `l / T` over the whole row
+    /// (before the filters), -inf clamped to `f32::MIN`; greedy rows log_softmax of the staged
+    /// logits, unclamped.
+    Sglang,
+}
+
+impl LogprobsMode {
+    /// Every mode, in the order of the enum.
+    pub const ALL: [LogprobsMode; 5] = [
+        LogprobsMode::RawLogprobs,
+        LogprobsMode::RawLogits,
+        LogprobsMode::ProcessedLogprobs,
+        LogprobsMode::ProcessedLogits,
+        LogprobsMode::Sglang,
+    ];
+
+    /// The mode's name: vLLM's spelling (`raw_logprobs`, ...), and `sglang`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogprobsMode::RawLogprobs => "raw_logprobs",
+            LogprobsMode::RawLogits => "raw_logits",
+            LogprobsMode::ProcessedLogprobs => "processed_logprobs",
+            LogprobsMode::ProcessedLogits => "processed_logits",
+            LogprobsMode::Sglang => "sglang",
+        }
+    }
+
+    /// The mode of a [name](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the mode reads the logits after the stage (otherwise as given).
+    pub fn is_processed(self) -> bool {
+        !matches!(self, LogprobsMode::RawLogprobs | LogprobsMode::RawLogits)
+    }
+}

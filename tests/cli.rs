@@ -334,3 +334,68 @@ fn bad_input_fails_with_a_message() {
         assert!(run.stderr.contains(message), "{args:?}: expected {message:?} in\n{}", run.stderr);
     }
 }
+
+/// `--top-logprobs`, `--logprob-ids` and `--logprobs-mode` print what the oracle gives for each
+/// row's token, read back here from the JSON lines (`null` for -inf); `--backend auto` computes
+/// them on the CPU; a requested id outside the vocabulary and a count above the limit fail by name.
+#[test]
+fn logprobs_are_printed() {
+    use sampling_kernels::reference::logprobs::{rank, top, values};
+    use sampling_kernels::{LogprobsMode, RowParams};
+    let npy = data("logits_small.npy");
+    let logits: Vec<f32> = npyz::NpyFile::new(std::fs::File::open(&npy).unwrap()).unwrap().into_vec().unwrap();
+    let ids_file = |name: &str, text: &str| {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let ids = ids_file("logprob_ids.txt", "3,31\n\n5\n7, 7,0\n");
+    let want_ids: [&[u32]; 4] = [&[3, 31], &[], &[5], &[7, 7, 0]];
+    let value = |v: &Value| v.as_f64().map_or(f32::NEG_INFINITY, |x| x as f32);
+    for (mode, filters) in [("raw_logprobs", &[][..]), ("processed_logprobs", &["--top-k", "4"][..]), ("sglang", &[])] {
+        let args = [
+            &["--logits", &npy, "--temperature", "0.8,0,1.5,0.8", "--seed", "3", "--top-logprobs", "5,1,0,32"][..],
+            &["--logprob-ids", &ids, "--logprobs-mode", mode, "--backend", "auto"],
+            filters,
+        ]
+        .concat();
+        let run = cli(&args);
+        assert!(run.ok && run.stderr.contains("backend: cpu"), "{args:?}: {}", run.stderr);
+        let temperatures = [0.8, 0.0, 1.5, 0.8];
+        for (r, line) in run.stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).enumerate() {
+            let lp = &line["logprobs"];
+            assert_eq!(lp["mode"], mode);
+            let row = RowParams::new(temperatures[r], 3, 0);
+            let row = if filters.is_empty() { row } else { row.with_top_k(4) };
+            let x: Vec<f64> = logits[r * 32..(r + 1) * 32].iter().map(|&v| v as f64).collect();
+            let v = values(LogprobsMode::from_name(mode).unwrap(), &x, &x, &row);
+            let token = line["token"].as_u64().unwrap() as usize;
+            assert_eq!(
+                (value(&lp["sampled"]), lp["rank"].as_u64().unwrap() as u32),
+                (v[token], rank(&v, token)),
+                "{mode} row {r}"
+            );
+            let entries = |key: &str| -> Vec<(u32, f32)> {
+                let list = lp[key].as_array().unwrap();
+                list.iter().map(|e| (e["token"].as_u64().unwrap() as u32, value(&e["logprob"]))).collect()
+            };
+            assert_eq!(entries("top"), top(&v, [5, 1, 0, 32][r]), "{mode} row {r}");
+            let requested: Vec<(u32, f32)> = want_ids[r].iter().map(|&id| (id, v[id as usize])).collect();
+            assert_eq!(entries("requested"), requested, "{mode} row {r}");
+        }
+    }
+    let bad_id = ids_file("logprob_ids_bad.txt", "1\n2\n3\n32\n");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--logprob-ids", &bad_id], "row 3: logprob_ids = 32: must be below the vocabulary"),
+        (&["--top-logprobs", "257"], "n_max = 257: must be at most MAX_TOP_LOGPROBS"),
+        (&["--logprobs-mode", "raw"], "one of raw_logprobs, raw_logits, processed_logprobs, processed_logits, sglang"),
+    ];
+    for (args, message) in cases {
+        let run = cli(&[&["--logits", &npy, "--backend", "cpu"][..], args].concat());
+        assert!(!run.ok && run.stderr.contains(message), "{args:?}: expected {message:?} in\n{}", run.stderr);
+    }
+    common::on("wgpu", "cli_wgpu_refuses_logprobs", common::wgpu(), |_| {
+        let run = cli(&["--logits", &npy, "--top-logprobs", "2", "--backend", "wgpu"]);
+        assert!(!run.ok && run.stderr.contains("do not compute log-probabilities (raw_logprobs)"), "{}", run.stderr);
+    });
+}

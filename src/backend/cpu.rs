@@ -1,10 +1,12 @@
 //! The CPU backend: plain Rust in float64, written for obviousness, not speed. It is the oracle
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
+use crate::backend::logprobs::{LogprobsOutput, LogprobsRequest};
 use crate::backend::stage::LogitsStage;
 use crate::backend::{need, Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
 use crate::reference::filters::{self, clean_probs};
+use crate::reference::logprobs::{rank, top, values};
 use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in, seeded_ranked_in};
 use crate::reference::softmax::{log32, sglang_logprobs, softmax, softmax_f32};
 use crate::reference::{self, murmur, philox};
@@ -151,6 +153,39 @@ impl Backend for CpuBackend {
             let mut x = row_f32(logits, shape, r);
             reference::stage::apply(&mut x, &stage.row(shape, r));
             staged[r * shape.stride..r * shape.stride + shape.vocab].copy_from_slice(&x);
+        }
+        Ok(())
+    }
+
+    fn computes_logprobs(&self) -> bool {
+        true
+    }
+
+    fn write_logprobs(
+        &self,
+        shape: Shape,
+        raw: Logits<'_, Self>,
+        staged: Logits<'_, Self>,
+        rows: &[RowParams],
+        tokens: &Vec<u32>,
+        request: &LogprobsRequest<'_>,
+        mut out: LogprobsOutput<'_, Self>,
+    ) -> Result<()> {
+        let n_max = request.n_max();
+        for (r, row) in rows.iter().enumerate().take(shape.batch) {
+            let v = values(request.mode(), &row_values(raw, shape, r), &row_values(staged, shape, r), row);
+            for (i, (id, x)) in top(&v, request.top_n(r)).into_iter().enumerate() {
+                out.top_ids[r * n_max + i] = id;
+                out.top_values[r * n_max + i] = x;
+            }
+            let token = tokens[r] as usize;
+            out.sampled[r] = v[token];
+            out.rank[r] = rank(&v, token);
+            if let Some(requested) = out.requested.as_deref_mut() {
+                for k in request.id_range(r) {
+                    requested[k] = v[request.ids()[k] as usize];
+                }
+            }
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ pub mod cuda;
 mod job;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
+pub mod logprobs;
 #[cfg(feature = "cuda")]
 pub mod ptx_isa;
 pub mod stage;
@@ -314,6 +315,31 @@ pub trait Backend: Sealed {
     ) -> Result<()> {
         let _ = (shape, logits, staged);
         Err(Error::UnsupportedStage { feature: stage.first_feature().unwrap_or("logits stage") })
+    }
+    /// Whether this backend computes log-probabilities ([`crate::Sampler::step_with_logprobs`]):
+    /// only the CPU backend does yet, and the step refuses the others before it launches anything.
+    #[doc(hidden)]
+    fn computes_logprobs(&self) -> bool {
+        false
+    }
+    /// Writes a step's log-probabilities: each row's values under the request's mode, from
+    /// `raw` (the logits as given) or `staged` (after the call's stage), `rows` (on the host) and
+    /// the step's `tokens`; the request must have been validated for `shape` and `out`. The
+    /// device backends refuse it, as [`Backend::computes_logprobs`] says.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn write_logprobs(
+        &self,
+        shape: Shape,
+        raw: Logits<'_, Self>,
+        staged: Logits<'_, Self>,
+        rows: &[RowParams],
+        tokens: &Self::Buffer<u32>,
+        request: &logprobs::LogprobsRequest<'_>,
+        out: logprobs::LogprobsOutput<'_, Self>,
+    ) -> Result<()> {
+        let _ = (shape, raw, staged, rows, tokens, out);
+        Err(request.unsupported())
     }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;

@@ -3,6 +3,7 @@
 //! GPU result is tested against them. Nothing here depends on a backend.
 
 pub mod filters;
+pub mod logprobs;
 pub mod murmur;
 pub mod philox;
 pub mod race;

@@ -2,9 +2,10 @@
 //! seeded sampler, filters on log-probabilities) are refused by clap before any file is read.
 
 use crate::input::Role;
+use crate::logprobs::Asked;
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use sampling_kernels::{FilterOrder, RowParams, SeededHash, SeededMode};
+use sampling_kernels::{FilterOrder, LogprobsMode, RowParams, SeededHash, SeededMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -112,6 +113,19 @@ pub struct SampleArgs {
     /// Also print each token's log-probability under the row's whole distribution (`null` for -inf).
     #[arg(long, conflicts_with = "draws")]
     pub return_logprob: bool,
+    /// Also print each row's N largest log-probabilities (one N, or one per row; at most 256,
+    /// ties to the lower id) under --logprobs-mode, with the sampled token's value and rank.
+    #[arg(long, value_name = "N", value_delimiter = ',', conflicts_with_all = ["probs", "logprobs", "draws"])]
+    pub top_logprobs: Vec<u32>,
+    /// Also print the log-probabilities of these token ids: one line per row of comma-separated
+    /// ids (an empty line asks for none), or one line for every row.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["probs", "logprobs", "draws"])]
+    pub logprob_ids: Option<PathBuf>,
+    /// Which values the log-probabilities are: raw_logprobs (the default, vLLM's), raw_logits,
+    /// processed_logprobs, processed_logits (after the temperature and the filters) or sglang.
+    /// Only the CPU computes them: `--backend auto` then uses the CPU, wgpu and cuda refuse.
+    #[arg(long, value_name = "MODE", value_parser = logprobs_mode, conflicts_with_all = ["probs", "logprobs", "draws"])]
+    pub logprobs_mode: Option<LogprobsMode>,
     /// Draw N tokens per row (decode steps offset..offset+N) and print a histogram per row.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub draws: Option<u64>,
@@ -129,11 +143,27 @@ fn temperature(text: &str) -> Result<f32, String> {
     }
 }
 
+fn logprobs_mode(text: &str) -> Result<LogprobsMode, String> {
+    LogprobsMode::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = LogprobsMode::ALL.iter().map(|m| m.name()).collect();
+        format!("one of {}", names.join(", "))
+    })
+}
+
 impl SampleArgs {
     /// The input file and what it holds (clap guarantees exactly one).
     pub fn input(&self) -> Option<(&PathBuf, Role)> {
         let named = [(&self.logits, Role::Logits), (&self.probs, Role::Probs), (&self.logprobs, Role::LogProbs)];
         named.into_iter().find_map(|(path, role)| Some((path.as_ref()?, role)))
+    }
+
+    /// The log-probability request of `batch` rows, where any of its flags is given.
+    pub fn logprobs(&self, batch: usize) -> Result<Option<Asked>> {
+        if self.top_logprobs.is_empty() && self.logprob_ids.is_none() && self.logprobs_mode.is_none() {
+            return Ok(None);
+        }
+        let mode = self.logprobs_mode.unwrap_or_default();
+        Asked::new(mode, &self.top_logprobs, self.logprob_ids.as_deref(), batch).map(Some)
     }
 
     pub fn mode(&self) -> SeededMode {
@@ -170,7 +200,7 @@ impl SampleArgs {
 }
 
 /// One value for every row, or one value per row.
-fn per_row<T: Copy>(flag: &str, values: &[T], batch: usize) -> Result<Vec<T>> {
+pub fn per_row<T: Copy>(flag: &str, values: &[T], batch: usize) -> Result<Vec<T>> {
     match values {
         [one] => Ok(vec![*one; batch]),
         _ if values.len() == batch => Ok(values.to_vec()),

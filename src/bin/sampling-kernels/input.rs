@@ -2,6 +2,7 @@
 //! flag that named the file and the sampler that reads them. Host values are [`CpuBackend`]
 //! buffers (`Vec`s), so the oracle reads them as they are and other backends get an upload.
 
+use crate::logprobs::{Asked, Buffers, Returned};
 use crate::tensor::{Tensor, Values};
 use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
@@ -92,14 +93,24 @@ pub struct Sampled {
     /// 1 where the row had a valid value to sample, 0 where it had none (its token is then 0).
     pub status: Vec<u32>,
     pub logprobs: Option<Vec<f32>>,
+    /// The log-probabilities asked for with `--top-logprobs`, `--logprob-ids` or `--logprobs-mode`.
+    pub asked: Option<Returned>,
 }
 
 impl<B: Backend> Input<B> {
     /// Samples the first `rows.len()` rows, each `vocab` wide, in one call on `backend`: logits
     /// through the library's per-row [`Sampler::step`], each row on the path its own parameters
     /// choose (greedy, the race, seeded, filtered). The log-probabilities of the tokens are
-    /// downloaded only when asked for.
-    pub fn sample(&self, backend: &B, vocab: usize, rows: &[RowParams], with_logprobs: bool) -> Result<Sampled> {
+    /// downloaded only when asked for; so are the log-probabilities `asked` for, which only
+    /// logits give ([`Sampler::step_with_logprobs`]).
+    pub fn sample(
+        &self,
+        backend: &B,
+        vocab: usize,
+        rows: &[RowParams],
+        with_logprobs: bool,
+        asked: Option<&Asked>,
+    ) -> Result<Sampled> {
         let shape = Shape::dense(rows.len(), vocab);
         let mut tokens = backend.zeros::<u32>(rows.len())?;
         let mut status = backend.zeros::<u32>(rows.len())?;
@@ -109,8 +120,19 @@ impl<B: Backend> Input<B> {
             out = out.with_logprobs(logprobs);
         }
         let params = || backend.upload(rows);
+        let mut buffers = asked.map(|a| Buffers::new(backend, rows.len(), a)).transpose()?;
         match self {
-            Input::Logits(values) => Sampler::new(backend, rows.len())?.step(shape, values.get(), rows, out),
+            Input::Logits(values) => {
+                let mut sampler = Sampler::new(backend, rows.len())?;
+                match asked.zip(buffers.as_mut()) {
+                    Some((asked, buffers)) => {
+                        let request = asked.request();
+                        sampler.step_with_logprobs(shape, values.get(), rows, None, &request, out, buffers.output())
+                    }
+                    None => sampler.step(shape, values.get(), rows, out),
+                }
+            }
+            _ if asked.is_some() => bail!("log-probabilities are computed from --logits only"),
             Input::Probs { values, .. } if rows.iter().any(RowParams::has_filters) => {
                 backend.sample_filtered(shape, Kept::Probs(values), &params()?, out)
             }
@@ -121,7 +143,8 @@ impl<B: Backend> Input<B> {
             Input::LogProbs { values, mode } => backend.seeded(shape, values.get(), &params()?, *mode, out),
         }?;
         let logprobs = logprobs.map(|lp| backend.download(&lp)).transpose()?;
-        Ok(Sampled { tokens: backend.download(&tokens)?, status: backend.download(&status)?, logprobs })
+        let asked = buffers.map(|b| b.download(backend)).transpose()?;
+        Ok(Sampled { tokens: backend.download(&tokens)?, status: backend.download(&status)?, logprobs, asked })
     }
 }
 
@@ -209,7 +232,7 @@ impl Input<CpuBackend> {
     pub fn distribution(&self, row: usize, vocab: usize, params: RowParams) -> Result<Vec<f64>> {
         let one = self.repeat_row(row, vocab, 1)?;
         if !params.is_sampled() {
-            let token = one.sample(&CpuBackend, vocab, &[params], false)?.tokens;
+            let token = one.sample(&CpuBackend, vocab, &[params], false, None)?.tokens;
             return Ok((0..vocab).map(|j| if Some(&(j as u32)) == token.first() { 1.0 } else { 0.0 }).collect());
         }
         let softmax = |logits: Logits<'_, CpuBackend>, params: RowParams| -> Result<Vec<f64>> {

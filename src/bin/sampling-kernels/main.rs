@@ -5,6 +5,7 @@
 mod args;
 mod draws;
 mod input;
+mod logprobs;
 mod tensor;
 
 use anyhow::{Context, Result};
@@ -53,6 +54,8 @@ struct Job<'a> {
     input: Input<CpuBackend>,
     vocab: usize,
     rows: Vec<RowParams>,
+    /// The log-probabilities asked for, if any.
+    asked: Option<logprobs::Asked>,
 }
 
 /// One sampled token.
@@ -64,6 +67,9 @@ struct Token {
     /// `null` where it is `-inf` (JSON has no infinities).
     #[serde(skip_serializing_if = "Option::is_none")]
     logprob: Option<f32>,
+    /// What `--top-logprobs`, `--logprob-ids` and `--logprobs-mode` ask for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<logprobs::RowLogprobs>,
 }
 
 /// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw;
@@ -92,8 +98,14 @@ fn sample(args: &SampleArgs) -> Result<()> {
     let tensor = tensor::load(path, args.tensor.as_deref())?;
     let (batch, vocab) = (tensor.batch, tensor.vocab);
     let input = Input::new(role, tensor, args.mode())?;
-    let job = Job { args, input, vocab, rows: args.rows(batch)? };
+    let job = Job { args, input, vocab, rows: args.rows(batch)?, asked: args.logprobs(batch)? };
     match args.backend {
+        // Only the CPU computes log-probabilities yet: `auto` takes it, and a named wgpu or
+        // cuda backend refuses them (the library's `UnsupportedLogprobs`).
+        BackendChoice::Auto if job.asked.is_some() => {
+            eprintln!("log-probabilities: only the CPU computes them yet; using the CPU");
+            job.run(&CpuBackend)
+        }
         BackendChoice::Cpu => job.run(&CpuBackend),
         BackendChoice::Wgpu => job.run(&WgpuBackend::new()?),
         BackendChoice::Cuda => job.run(&CudaBackend::new(0)?),
@@ -118,10 +130,12 @@ impl Job<'_> {
         match self.args.draws {
             None => {
                 let device = self.input.upload(backend)?;
-                let got = device.sample(backend, self.vocab, &self.rows, self.args.return_logprob)?;
+                let asked = self.asked.as_ref();
+                let got = device.sample(backend, self.vocab, &self.rows, self.args.return_logprob, asked)?;
                 for (row, (&token, &status)) in got.tokens.iter().zip(&got.status).enumerate() {
                     let logprob = got.logprobs.as_ref().map(|lp| lp[row]);
-                    json_line(&mut out, &Token { row, token, status: Status::of(status), logprob })?;
+                    let logprobs = asked.zip(got.asked.as_ref()).map(|(a, values)| a.row(row, values));
+                    json_line(&mut out, &Token { row, token, status: Status::of(status), logprob, logprobs })?;
                 }
             }
             Some(draws) => {
