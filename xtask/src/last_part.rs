@@ -136,7 +136,7 @@ fn without_merges(stmts: &[Stmt]) -> Vec<Stmt> {
 }
 
 /// The merge dispatch of `stmts`, a block that holds a `LastPart`: its statements before the
-/// first that holds one, those the rest reads ([`slice`]); each that holds one, lowered; the
+/// first that holds one, those the rest reads ([`slice()`]); each that holds one, lowered; the
 /// others after, in the merging workgroup only. `after`: what the code after the block reads.
 fn merge_stage(kernel: &Kernel, stmts: &[Stmt], after: &BTreeSet<String>) -> Result<Vec<Stmt>, String> {
     let holds = |s: &Stmt| contains_last_part(std::slice::from_ref(s));

@@ -223,8 +223,8 @@ fn rerace(b: &mut Block, input: Input, (p, mx): (Expr, Expr), pkey: &PhiloxKey) 
     b.set("col_hi", own_hi);
 }
 
-/// The merge of a row its parts raced ([`raced`]): the row's maximum and estimated mass, and the
-/// race over the parts ([`over_parts`]).
+/// The merge of a row its parts raced (its state's `GO` word at `filter_top_p::GO_RACED`): the
+/// row's maximum and estimated mass, and the race over the parts ([`over_parts`]).
 pub(super) fn merge(b: &mut Block, input: Input) {
     let (mx, finite, mass) = row_estimate(b, input);
     b.if_(finite, |b| over_parts(b, input, mx, mass));
