@@ -101,7 +101,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
@@ -175,8 +176,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e38 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e39 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -236,8 +237,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             bool rank_done = false;
             bool rank_over = false;
             unsigned int rank_col = 4294967295u;
-            const unsigned int sk_e47 = (row * 12u);
-            if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
+            const unsigned int sk_e48 = (row * 12u);
+            if ((((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u)) && filtered)) {
                 sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
@@ -333,8 +334,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e94 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e94 : (zv + sk_e94)) : zv);
+                                    const float sk_e95 = sk_gumbel((w).x);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e95 : (zv + sk_e95)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -357,8 +358,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e95 = sk_gumbel((w).y);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e95 : (zv + sk_e95)) : zv);
+                                    const float sk_e96 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e96 : (zv + sk_e96)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -381,8 +382,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e96 = sk_gumbel((w).z);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e96 : (zv + sk_e96)) : zv);
+                                    const float sk_e97 = sk_gumbel((w).z);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e97 : (zv + sk_e97)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -405,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e97 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e97 : (zv + sk_e97)) : zv);
+                                    const float sk_e98 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e98 : (zv + sk_e98)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -440,8 +441,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::abi::write_results_as
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e98 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e99 = sk_load_x((base + tok_at));
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

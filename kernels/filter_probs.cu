@@ -97,7 +97,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
@@ -172,8 +173,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e3 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e4 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e4 ? tn64 : (((lim - sel_m) / (sk_e4 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -237,8 +238,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             bool rank_done = false;
             bool rank_over = false;
             unsigned int rank_col = 4294967295u;
-            const unsigned int sk_e4 = (row * 12u);
-            if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
+            const unsigned int sk_e5 = (row * 12u);
+            if ((((rows[(sk_e5 + 1u)] == 1u) && (rows[(sk_e5 + 6u)] == 1u)) && filtered)) {
                 sk_race_2(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
@@ -444,8 +445,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e11 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? ((sk_e11 > (0.0f)) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e12 = sk_load_x((base + tok_at));
+                    logprobs[row] = (valid ? ((sk_e12 > (0.0f)) ? sk_log(sk_e12) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

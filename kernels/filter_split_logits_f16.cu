@@ -98,7 +98,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         unsigned int sel_a = (k_first ? 8u : 0u);
         unsigned int digits = (sel_a + (searched ? 8u : 0u));
         if ((((!((flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
@@ -123,14 +124,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                 sel_mask = partials[((slot * 110u) + 3u)];
                 sel_n = partials[((slot * 110u) + 4u)];
                 sel_tn = partials[((slot * 110u) + 5u)];
-                const unsigned int sk_e0 = ((slot * 110u) + 6u);
-                sel_m = ((((unsigned long long)(partials[(sk_e0 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e0 + 0u)])));
-                const unsigned int sk_e1 = ((slot * 110u) + 8u);
-                sel_tm = ((((unsigned long long)(partials[(sk_e1 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e1 + 0u)])));
-                const unsigned int sk_e2 = ((slot * 110u) + 10u);
-                lim = ((((unsigned long long)(partials[(sk_e2 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e2 + 0u)])));
-                const unsigned int sk_e3 = ((slot * 110u) + 12u);
-                row_mass = ((((unsigned long long)(partials[(sk_e3 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e3 + 0u)])));
+                const unsigned int sk_e1 = ((slot * 110u) + 6u);
+                sel_m = ((((unsigned long long)(partials[(sk_e1 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e1 + 0u)])));
+                const unsigned int sk_e2 = ((slot * 110u) + 8u);
+                sel_tm = ((((unsigned long long)(partials[(sk_e2 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e2 + 0u)])));
+                const unsigned int sk_e3 = ((slot * 110u) + 10u);
+                lim = ((((unsigned long long)(partials[(sk_e3 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e3 + 0u)])));
+                const unsigned int sk_e4 = ((slot * 110u) + 12u);
+                row_mass = ((((unsigned long long)(partials[(sk_e4 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e4 + 0u)])));
             }
             if ((stage == 0u)) {
                 // built by kernels::filter_split::stage
@@ -152,14 +153,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         if ((li3 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             unsigned int zx_at = ((base + col_lo) + i0);
-                            const float sk_e4 = sk_load_x(zx_at);
-                            zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                            const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                            zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                            const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                            zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                            const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                            zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                            const float sk_e5 = sk_load_x(zx_at);
+                            zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                            const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                            zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                            const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                            zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                            const float sk_e8 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                            zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                         } else {
                             sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                         }

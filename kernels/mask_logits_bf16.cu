@@ -79,7 +79,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
@@ -146,8 +147,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
-                const unsigned int sk_e8 = (stage - 1u);
-                unsigned int digit_pass = (in_a ? sk_e8 : (sk_e8 - sel_a));
+                const unsigned int sk_e9 = (stage - 1u);
+                unsigned int digit_pass = (in_a ? sk_e9 : (sk_e9 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -198,8 +199,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e17 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                        const float sk_e18 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -223,8 +224,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e18 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
+                        const float sk_e19 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -264,8 +265,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        const unsigned int sk_e19 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e20 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -288,8 +289,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e38 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e39 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;

@@ -79,7 +79,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
@@ -154,8 +155,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e3 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e4 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e4 ? tn64 : (((lim - sel_m) / (sk_e4 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;

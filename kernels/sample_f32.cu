@@ -38,14 +38,14 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
-#include "functions/sk_for_each_column_then_4.cuh"
-#include "functions/sk_load_quad_as_2.cuh"
+#include "functions/sk_for_each_column_then_14.cuh"
+#include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_3.cuh"
+#include "functions/sk_load_quad_as_11.cuh"
 #include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
-#include "functions/sk_screened_pass.cuh"
+#include "functions/sk_screened_pass_2.cuh"
 #include "functions/sk_sample.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
@@ -74,7 +74,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
             float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-            bool filtered = (noisy && (searched || (mp > (0.0f))));
+            const unsigned int sk_e0 = (row * 12u);
+            bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
         }
         if ((!skip)) {

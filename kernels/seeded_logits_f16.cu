@@ -72,7 +72,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-            bool filtered = (noisy && (searched || (mp > (0.0f))));
+            const unsigned int sk_e0 = (row * 12u);
+            bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
@@ -94,35 +95,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + (col_lo + (threadIdx.x * 4u)));
-                const unsigned int sk_e0 = (col_lo + (threadIdx.x * 4u));
-                if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
+                const unsigned int sk_e1 = (col_lo + (threadIdx.x * 4u));
+                if (((sk_e1 < col_hi) && ((col_hi - sk_e1) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    const float sk_e1 = sk_load_x((size_t)(x_at) + 0u);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    const float sk_e2 = sk_load_x((size_t)(x_at) + 1u);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    const float sk_e3 = sk_load_x((size_t)(x_at) + 2u);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                    const float sk_e4 = sk_load_x((size_t)(x_at) + 3u);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                    const float sk_e2 = sk_load_x((size_t)(x_at) + 0u);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    const float sk_e3 = sk_load_x((size_t)(x_at) + 1u);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    const float sk_e4 = sk_load_x((size_t)(x_at) + 2u);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                    const float sk_e5 = sk_load_x((size_t)(x_at) + 3u);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 } else {
                     // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e7 = ((col_lo + (threadIdx.x * 4u)) + 0u);
-                    const bool sk_e6 = (sk_e7 < col_hi);
-                    const float sk_e5 = sk_load_x((base + (sk_e6 ? sk_e7 : (col_hi - 1u))));
-                    x0 = (sk_e6 ? (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e10 = ((col_lo + (threadIdx.x * 4u)) + 1u);
-                    const bool sk_e9 = (sk_e10 < col_hi);
-                    const float sk_e8 = sk_load_x((base + (sk_e9 ? sk_e10 : (col_hi - 1u))));
-                    x1 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e13 = ((col_lo + (threadIdx.x * 4u)) + 2u);
-                    const bool sk_e12 = (sk_e13 < col_hi);
-                    const float sk_e11 = sk_load_x((base + (sk_e12 ? sk_e13 : (col_hi - 1u))));
-                    x2 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e16 = ((col_lo + (threadIdx.x * 4u)) + 3u);
-                    const bool sk_e15 = (sk_e16 < col_hi);
-                    const float sk_e14 = sk_load_x((base + (sk_e15 ? sk_e16 : (col_hi - 1u))));
-                    x3 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e8 = ((col_lo + (threadIdx.x * 4u)) + 0u);
+                    const bool sk_e7 = (sk_e8 < col_hi);
+                    const float sk_e6 = sk_load_x((base + (sk_e7 ? sk_e8 : (col_hi - 1u))));
+                    x0 = (sk_e7 ? (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e11 = ((col_lo + (threadIdx.x * 4u)) + 1u);
+                    const bool sk_e10 = (sk_e11 < col_hi);
+                    const float sk_e9 = sk_load_x((base + (sk_e10 ? sk_e11 : (col_hi - 1u))));
+                    x1 = (sk_e10 ? (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e14 = ((col_lo + (threadIdx.x * 4u)) + 2u);
+                    const bool sk_e13 = (sk_e14 < col_hi);
+                    const float sk_e12 = sk_load_x((base + (sk_e13 ? sk_e14 : (col_hi - 1u))));
+                    x2 = (sk_e13 ? (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e17 = ((col_lo + (threadIdx.x * 4u)) + 3u);
+                    const bool sk_e16 = (sk_e17 < col_hi);
+                    const float sk_e15 = sk_load_x((base + (sk_e16 ? sk_e17 : (col_hi - 1u))));
+                    x3 = (sk_e16 ? (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
@@ -161,32 +162,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    const float sk_e21 = sk_load_x((size_t)(x_at) + 0u);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_load_x((size_t)(x_at) + 1u);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_load_x((size_t)(x_at) + 2u);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
-                    const float sk_e24 = sk_load_x((size_t)(x_at) + 3u);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                    const float sk_e22 = sk_load_x((size_t)(x_at) + 0u);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                    const float sk_e23 = sk_load_x((size_t)(x_at) + 1u);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                    const float sk_e24 = sk_load_x((size_t)(x_at) + 2u);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                    const float sk_e25 = sk_load_x((size_t)(x_at) + 3u);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
                 } else {
                     // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e27 = (c0 + 0u);
-                    const bool sk_e26 = (sk_e27 < col_hi);
-                    const float sk_e25 = sk_load_x((base + (sk_e26 ? sk_e27 : (col_hi - 1u))));
-                    x0 = (sk_e26 ? (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e30 = (c0 + 1u);
-                    const bool sk_e29 = (sk_e30 < col_hi);
-                    const float sk_e28 = sk_load_x((base + (sk_e29 ? sk_e30 : (col_hi - 1u))));
-                    x1 = (sk_e29 ? (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e33 = (c0 + 2u);
-                    const bool sk_e32 = (sk_e33 < col_hi);
-                    const float sk_e31 = sk_load_x((base + (sk_e32 ? sk_e33 : (col_hi - 1u))));
-                    x2 = (sk_e32 ? (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e36 = (c0 + 3u);
-                    const bool sk_e35 = (sk_e36 < col_hi);
-                    const float sk_e34 = sk_load_x((base + (sk_e35 ? sk_e36 : (col_hi - 1u))));
-                    x3 = (sk_e35 ? (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e28 = (c0 + 0u);
+                    const bool sk_e27 = (sk_e28 < col_hi);
+                    const float sk_e26 = sk_load_x((base + (sk_e27 ? sk_e28 : (col_hi - 1u))));
+                    x0 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e31 = (c0 + 1u);
+                    const bool sk_e30 = (sk_e31 < col_hi);
+                    const float sk_e29 = sk_load_x((base + (sk_e30 ? sk_e31 : (col_hi - 1u))));
+                    x1 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e34 = (c0 + 2u);
+                    const bool sk_e33 = (sk_e34 < col_hi);
+                    const float sk_e32 = sk_load_x((base + (sk_e33 ? sk_e34 : (col_hi - 1u))));
+                    x2 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e37 = (c0 + 3u);
+                    const bool sk_e36 = (sk_e37 < col_hi);
+                    const float sk_e35 = sk_load_x((base + (sk_e36 ? sk_e37 : (col_hi - 1u))));
+                    x3 = (sk_e36 ? (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = (c0 + 0u);
@@ -228,8 +229,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
                 float screen_floor = (0.0f);
                 screen_floor = sk_block_max_f32(lo_best);
-                const bool sk_e41 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                bool screened = (sk_e41 && ((screen_floor - row_m) >= (sk_log((sk_e41 ? row_s : (1.0f))) - (41.0f))));
+                const bool sk_e42 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                bool screened = (sk_e42 && ((screen_floor - row_m) >= (sk_log((sk_e42 ? row_s : (1.0f))) - (41.0f))));
                 double best = sk_bitcast<double>(18442240474082181120ull);
                 unsigned int best_i = 4294967295u;
                 bool mine = ((!screened) || (up2 >= screen_floor));
@@ -256,15 +257,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        const float sk_e63 = sk_load_x((base + up1_i));
-                        const float sk_e62 = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
-                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e62 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e62 - row_m)))) * inv);
+                        const float sk_e64 = sk_load_x((base + up1_i));
+                        const float sk_e63 = ((((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64) / temp);
+                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e63 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e63 - row_m)))) * inv);
                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e64 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], up1_i)));
+                            const unsigned int sk_e65 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e65 + 8u)], rows[(sk_e65 + 9u)], rows[(sk_e65 + 10u)], up1_i)));
                         }
                         best = s64;
                         best_i = up1_i;
@@ -289,9 +290,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 }
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
-                    const float sk_e66 = sk_load_x((base + tok));
-                    const float sk_e65 = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
-                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e65 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e65 - row_m)))) * inv);
+                    const float sk_e67 = sk_load_x((base + tok));
+                    const float sk_e66 = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
+                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e66 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e66 - row_m)))) * inv);
                     double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                     if ((threadIdx.x == 0u)) {
                         logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));

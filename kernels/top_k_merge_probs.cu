@@ -96,7 +96,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_select_in_range_5.cuh"
 #include "functions/sk_read_step_13.cuh"
-#include "functions/sk_load_quad_as_11.cuh"
+#include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_read_step_14.cuh"
 #include "functions/sk_race_sweep_4.cuh"
 #include "functions/sk_race_one_4.cuh"
@@ -166,18 +166,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_k::merge_kernel
             bool one_read_done = false;
             bool has_k = (kk < vocab);
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
-            const unsigned int sk_e0 = (row * 12u);
-            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e1 = (row * 12u);
-            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            const unsigned int sk_e2 = (row * 12u);
+            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {

@@ -106,15 +106,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         bool has_k = (kk < vocab);
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
-        const unsigned int sk_e0 = (row * 12u);
-        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         const unsigned int sk_e1 = (row * 12u);
-        bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+        const unsigned int sk_e2 = (row * 12u);
+        bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -124,8 +125,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
-                const unsigned int sk_e2 = (((unsigned int)SK_BLOCK) * 4u);
-                unsigned int n_padded = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
+                const unsigned int sk_e3 = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + sk_e3) - 1u) / sk_e3) * sk_e3);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 4286578688u;
@@ -318,14 +319,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e143 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e143 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e143 + 4u)]));
-                            const float sk_e146 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e144 = ((sk_e146 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e145 = (sk_e146 - mp_mx);
-                            const bool sk_e147 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e148 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e148 ? sk_e144 : (sk_e147 ? (0.0f) : sk_exp(sk_e145))) > (0.0f)) && ((sk_e148 ? sk_e144 : (sk_e147 ? (0.0f) : sk_exp(sk_e145))) >= mp)))) {
+                            const unsigned int sk_e144 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e144 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e144 + 4u)]));
+                            const float sk_e147 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e145 = ((sk_e147 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e146 = (sk_e147 - mp_mx);
+                            const bool sk_e148 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e149 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e149 ? sk_e145 : (sk_e148 ? (0.0f) : sk_exp(sk_e146))) > (0.0f)) && ((sk_e149 ? sk_e145 : (sk_e148 ? (0.0f) : sk_exp(sk_e146))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -92,15 +92,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         bool has_k = (kk < vocab);
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
-        const unsigned int sk_e0 = (row * 12u);
-        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         const unsigned int sk_e1 = (row * 12u);
-        bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+        const unsigned int sk_e2 = (row * 12u);
+        bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -110,8 +111,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
-                const unsigned int sk_e2 = (((unsigned int)SK_BLOCK) * 4u);
-                unsigned int n_padded = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
+                const unsigned int sk_e3 = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + sk_e3) - 1u) / sk_e3) * sk_e3);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::pad_part
                     part_keys[i] = 2147483648u;
@@ -140,14 +141,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                     } else {
                         // built by kernels::filter_values::read_step
-                        const bool sk_e3 = (li0 < n_cols);
-                        zx0 = (sk_e3 ? sk_load_x(((base + col_lo) + (sk_e3 ? li0 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e4 = (li1 < n_cols);
-                        zx1 = (sk_e4 ? sk_load_x(((base + col_lo) + (sk_e4 ? li1 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e5 = (li2 < n_cols);
-                        zx2 = (sk_e5 ? sk_load_x(((base + col_lo) + (sk_e5 ? li2 : (n_cols - 1u)))) : (0.0f));
-                        const bool sk_e6 = (li3 < n_cols);
-                        zx3 = (sk_e6 ? sk_load_x(((base + col_lo) + (sk_e6 ? li3 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e4 = (li0 < n_cols);
+                        zx0 = (sk_e4 ? sk_load_x(((base + col_lo) + (sk_e4 ? li0 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e5 = (li1 < n_cols);
+                        zx1 = (sk_e5 ? sk_load_x(((base + col_lo) + (sk_e5 ? li1 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e6 = (li2 < n_cols);
+                        zx2 = (sk_e6 ? sk_load_x(((base + col_lo) + (sk_e6 ? li2 : (n_cols - 1u)))) : (0.0f));
+                        const bool sk_e7 = (li3 < n_cols);
+                        zx3 = (sk_e7 ? sk_load_x(((base + col_lo) + (sk_e7 ? li3 : (n_cols - 1u)))) : (0.0f));
                     }
                     {
                         sk_read_step_37(zx0, li0, n_cols, m);
@@ -260,11 +261,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e47 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e47 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e47 + 4u)]));
-                            const float sk_e49 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e48 = ((sk_e49 == mp_mx) ? (1.0f) : (sk_e49 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e48 > (0.0f)) && (sk_e48 >= mp)))) {
+                            const unsigned int sk_e48 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e48 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e48 + 4u)]));
+                            const float sk_e50 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e49 = ((sk_e50 == mp_mx) ? (1.0f) : (sk_e50 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e49 > (0.0f)) && (sk_e49 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -59,7 +59,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_15.cuh"
 #include "functions/sk_cut_part_6.cuh"
 #include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_load_quad_as_11.cuh"
+#include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_race_one_4.cuh"
 #include "functions/sk_cut_part_16.cuh"
 #include "functions/sk_read_step_52.cuh"
@@ -91,17 +91,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = (noisy && (searched || (mp > (0.0f))));
+        const unsigned int sk_e0 = (row * 12u);
+        bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_p::cut_kernel
             bool has_k = (kk < vocab);
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
-            const unsigned int sk_e0 = (row * 12u);
-            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e1 = (row * 12u);
-            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            const unsigned int sk_e2 = (row * 12u);
+            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             unsigned int row_go = 0u;
             row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
             if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
@@ -204,8 +205,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        const unsigned int sk_e67 = (rt_col & 3u);
-                                        float score = (rt_z / sk_exponential(((sk_e67 == 3u) ? ((w4).w) : ((sk_e67 == 2u) ? ((w4).z) : ((sk_e67 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        const unsigned int sk_e68 = (rt_col & 3u);
+                                        float score = (rt_z / sk_exponential(((sk_e68 == 3u) ? ((w4).w) : ((sk_e68 == 2u) ? ((w4).z) : ((sk_e68 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -235,14 +236,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    const unsigned int sk_e68 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e68) ? li0 : (sk_e68 - 1u))));
                                     const unsigned int sk_e69 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e69) ? li1 : (sk_e69 - 1u))));
+                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e69) ? li0 : (sk_e69 - 1u))));
                                     const unsigned int sk_e70 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e70) ? li2 : (sk_e70 - 1u))));
+                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e70) ? li1 : (sk_e70 - 1u))));
                                     const unsigned int sk_e71 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e71) ? li3 : (sk_e71 - 1u))));
+                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e71) ? li2 : (sk_e71 - 1u))));
+                                    const unsigned int sk_e72 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e72) ? li3 : (sk_e72 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);

@@ -110,7 +110,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
@@ -184,8 +185,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e38: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e38)) + 1lu), tn64, sk_e38)));
+                let sk_e39: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -245,8 +246,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_done: bool = false;
             var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
-            let sk_e47: u32 = (row * 12u);
-            if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
+            let sk_e48: u32 = (row * 12u);
+            if ((((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u)) && filtered)) {
                 sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -342,8 +343,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e94: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e94), sk_e94, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e95: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e95), sk_e95, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -366,8 +367,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e95: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e95), sk_e95, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e96: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e96), sk_e96, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -390,8 +391,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e96: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e96), sk_e96, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e97: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e97), sk_e97, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -414,8 +415,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e97: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e97), sk_e97, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e98: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e98), sk_e98, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -449,8 +450,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e98: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e99: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -146,7 +146,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && (!(rows[((row * 12u) + 1u)] == 1u)))) {
             // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
@@ -220,8 +221,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
                 var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-                let sk_e38: bool = all(tie_v == vec2<u32>(0u, 0u));
-                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38)))).x;
+                let sk_e39: bool = all(tie_v == vec2<u32>(0u, 0u));
+                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e39)), vec2<u32>(1u, 0u)), tn64, sk_e39), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e39)), vec2<u32>(1u, 0u)), tn64, sk_e39)))).x;
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -328,8 +329,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e55: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e55), sk_e55, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e56: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e56), sk_e56, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -352,8 +353,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e56: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e56), sk_e56, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e57: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e57), sk_e57, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -376,8 +377,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e57: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e57), sk_e57, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e58: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e58), sk_e58, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -400,8 +401,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e58: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e58), sk_e58, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e59: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e59), sk_e59, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -432,8 +433,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e59: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e60: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -105,7 +105,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
@@ -180,8 +181,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e3: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e3)) + 1lu), tn64, sk_e3)));
+                let sk_e4: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e4)) + 1lu), tn64, sk_e4)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -245,8 +246,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_done: bool = false;
             var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
-            let sk_e4: u32 = (row * 12u);
-            if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
+            let sk_e5: u32 = (row * 12u);
+            if ((((rows[(sk_e5 + 1u)] == 1u) && (rows[(sk_e5 + 6u)] == 1u)) && filtered)) {
                 sk_race_2(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -452,8 +453,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 if ((sk_lid == 0u)) {
-                    let sk_e11: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e11), (sk_e11 > (0.0f))), valid);
+                    let sk_e12: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e12), (sk_e12 > (0.0f))), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

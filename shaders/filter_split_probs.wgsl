@@ -97,7 +97,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         var sel_a: u32 = select(0u, 8u, k_first);
         var digits: u32 = (sel_a + select(0u, 8u, searched));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
@@ -122,14 +123,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 sel_mask = partials[((slot * 110u) + 3u)];
                 sel_n = partials[((slot * 110u) + 4u)];
                 sel_tn = partials[((slot * 110u) + 5u)];
-                let sk_e0: u32 = ((slot * 110u) + 6u);
-                sel_m = ((u64(partials[(sk_e0 + 1u)]) << 32u) | u64(partials[(sk_e0 + 0u)]));
-                let sk_e1: u32 = ((slot * 110u) + 8u);
-                sel_tm = ((u64(partials[(sk_e1 + 1u)]) << 32u) | u64(partials[(sk_e1 + 0u)]));
-                let sk_e2: u32 = ((slot * 110u) + 10u);
-                lim = ((u64(partials[(sk_e2 + 1u)]) << 32u) | u64(partials[(sk_e2 + 0u)]));
-                let sk_e3: u32 = ((slot * 110u) + 12u);
-                row_mass = ((u64(partials[(sk_e3 + 1u)]) << 32u) | u64(partials[(sk_e3 + 0u)]));
+                let sk_e1: u32 = ((slot * 110u) + 6u);
+                sel_m = ((u64(partials[(sk_e1 + 1u)]) << 32u) | u64(partials[(sk_e1 + 0u)]));
+                let sk_e2: u32 = ((slot * 110u) + 8u);
+                sel_tm = ((u64(partials[(sk_e2 + 1u)]) << 32u) | u64(partials[(sk_e2 + 0u)]));
+                let sk_e3: u32 = ((slot * 110u) + 10u);
+                lim = ((u64(partials[(sk_e3 + 1u)]) << 32u) | u64(partials[(sk_e3 + 0u)]));
+                let sk_e4: u32 = ((slot * 110u) + 12u);
+                row_mass = ((u64(partials[(sk_e4 + 1u)]) << 32u) | u64(partials[(sk_e4 + 0u)]));
             }
             if ((stage == 0u)) {
                 // built by kernels::filter_split::stage

@@ -72,7 +72,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
@@ -139,8 +140,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                 // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                let sk_e8: u32 = (stage - 1u);
-                var digit_pass: u32 = select((sk_e8 - sel_a), sk_e8, in_a);
+                let sk_e9: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e9 - sel_a), sk_e9, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -191,8 +192,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e17: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                        let sk_e18: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -216,8 +217,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e18: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                        let sk_e19: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -257,8 +258,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        let sk_e19: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e20: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -281,8 +282,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e38: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e38)) + 1lu), tn64, sk_e38)));
+                let sk_e39: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;

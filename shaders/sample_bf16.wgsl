@@ -52,12 +52,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
-// shaders/functions/sk_for_each_column_then_4.wgsl
-// shaders/functions/sk_load_quad_as_2.wgsl
+// shaders/functions/sk_for_each_column_then_14.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_greedy_column.wgsl
-// shaders/functions/sk_load_quad_as_3.wgsl
 // shaders/functions/sk_sample_2.wgsl
+// shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
 // shaders/functions/sk_for_each_row_part_at.wgsl
@@ -133,8 +133,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if ((tops > 0u)) {
                                 sk_whole_row_results(sk_lid, top, top_i, &tok);
                             }
-                            let sk_e72: bool = (tok == 4294967295u);
-                            var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e72)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e72);
+                            let sk_e74: bool = (tok == 4294967295u);
+                            var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e74)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e74);
                             if ((tok == 4294967295u)) {
                                 // built by kernels::combine::combine_row
                                 tok = 0u;

@@ -86,35 +86,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var x2: f32 = bitcast<f32>(4286578688u);
                     var x3: f32 = bitcast<f32>(4286578688u);
                     var x_at: u32 = (base + (col_lo + (sk_lid * 4u)));
-                    let sk_e0: u32 = (col_lo + (sk_lid * 4u));
-                    if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
+                    let sk_e1: u32 = (col_lo + (sk_lid * 4u));
+                    if (((sk_e1 < col_hi) && ((col_hi - sk_e1) >= 4u))) {
                         // built by kernels::abi::load_quad_as
-                        let sk_e1: f32 = sk_load_x((x_at + 0u));
-                        x0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                        let sk_e2: f32 = sk_load_x((x_at + 1u));
-                        x1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                        let sk_e3: f32 = sk_load_x((x_at + 2u));
-                        x2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                        let sk_e4: f32 = sk_load_x((x_at + 3u));
-                        x3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        let sk_e2: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        let sk_e3: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        let sk_e4: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        let sk_e5: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::abi::load_quad_as
-                        let sk_e7: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
-                        let sk_e6: bool = (sk_e7 < col_hi);
-                        let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sk_e7, sk_e6)));
-                        x0 = select(bitcast<f32>(4286578688u), select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)), sk_e6);
-                        let sk_e10: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
-                        let sk_e9: bool = (sk_e10 < col_hi);
-                        let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
-                        x1 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
-                        let sk_e13: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
-                        let sk_e12: bool = (sk_e13 < col_hi);
-                        let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
-                        x2 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
-                        let sk_e16: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
-                        let sk_e15: bool = (sk_e16 < col_hi);
-                        let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
-                        x3 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
+                        let sk_e8: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                        let sk_e7: bool = (sk_e8 < col_hi);
+                        let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sk_e8, sk_e7)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)), sk_e7);
+                        let sk_e11: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                        let sk_e10: bool = (sk_e11 < col_hi);
+                        let sk_e9: f32 = sk_load_x((base + select((col_hi - 1u), sk_e11, sk_e10)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)), sk_e10);
+                        let sk_e14: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                        let sk_e13: bool = (sk_e14 < col_hi);
+                        let sk_e12: f32 = sk_load_x((base + select((col_hi - 1u), sk_e14, sk_e13)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)), sk_e13);
+                        let sk_e17: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                        let sk_e16: bool = (sk_e17 < col_hi);
+                        let sk_e15: f32 = sk_load_x((base + select((col_hi - 1u), sk_e17, sk_e16)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)), sk_e16);
                     }
                     {
                         var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
@@ -153,32 +153,32 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var x_at: u32 = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                         // built by kernels::abi::load_quad_as
-                        let sk_e21: f32 = sk_load_x((x_at + 0u));
-                        x0 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                        let sk_e22: f32 = sk_load_x((x_at + 1u));
-                        x1 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                        let sk_e23: f32 = sk_load_x((x_at + 2u));
-                        x2 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
-                        let sk_e24: f32 = sk_load_x((x_at + 3u));
-                        x3 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                        let sk_e22: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                        let sk_e23: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                        let sk_e24: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                        let sk_e25: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::abi::load_quad_as
-                        let sk_e27: u32 = (c0 + 0u);
-                        let sk_e26: bool = (sk_e27 < col_hi);
-                        let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sk_e27, sk_e26)));
-                        x0 = select(bitcast<f32>(4286578688u), select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), sk_e26);
-                        let sk_e30: u32 = (c0 + 1u);
-                        let sk_e29: bool = (sk_e30 < col_hi);
-                        let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sk_e30, sk_e29)));
-                        x1 = select(bitcast<f32>(4286578688u), select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), sk_e29);
-                        let sk_e33: u32 = (c0 + 2u);
-                        let sk_e32: bool = (sk_e33 < col_hi);
-                        let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sk_e33, sk_e32)));
-                        x2 = select(bitcast<f32>(4286578688u), select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)), sk_e32);
-                        let sk_e36: u32 = (c0 + 3u);
-                        let sk_e35: bool = (sk_e36 < col_hi);
-                        let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sk_e36, sk_e35)));
-                        x3 = select(bitcast<f32>(4286578688u), select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)), sk_e35);
+                        let sk_e28: u32 = (c0 + 0u);
+                        let sk_e27: bool = (sk_e28 < col_hi);
+                        let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sk_e28, sk_e27)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)), sk_e27);
+                        let sk_e31: u32 = (c0 + 1u);
+                        let sk_e30: bool = (sk_e31 < col_hi);
+                        let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sk_e31, sk_e30)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)), sk_e30);
+                        let sk_e34: u32 = (c0 + 2u);
+                        let sk_e33: bool = (sk_e34 < col_hi);
+                        let sk_e32: f32 = sk_load_x((base + select((col_hi - 1u), sk_e34, sk_e33)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)), sk_e33);
+                        let sk_e37: u32 = (c0 + 3u);
+                        let sk_e36: bool = (sk_e37 < col_hi);
+                        let sk_e35: f32 = sk_load_x((base + select((col_hi - 1u), sk_e37, sk_e36)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)), sk_e36);
                     }
                     {
                         var col: u32 = (c0 + 0u);

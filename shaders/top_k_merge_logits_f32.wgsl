@@ -81,7 +81,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
+// shaders/functions/sk_load_quad_as_12.wgsl
 // shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
@@ -162,18 +162,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e0: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 // built by kernels::filter_top_k::merge_kernel
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e0: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-                var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e1: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+                var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+                let sk_e2: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = (part == 0u);
                 if ((cut_here && (top_p_cut || min_p_cut))) {
@@ -212,17 +213,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e457: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e457 + 1u)] == 1u) && (rows[(sk_e457 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e456: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e456 + 1u)] == 1u) && (rows[(sk_e456 + 6u)] == 1u)))));
+                let sk_e458: u32 = (row * 12u);
+                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e458 + 1u)] == 1u) && (rows[(sk_e458 + 6u)] == 1u)))));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e457: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e457 + 1u)] == 1u) && (rows[(sk_e457 + 6u)] == 1u))));
+                let sk_e459: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e459 + 1u)] == 1u) && (rows[(sk_e459 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {

@@ -93,15 +93,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e0: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            let sk_e0: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e2: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 // built by kernels::filter_top_k::parts_kernel
                 if (top_p_cut) {
@@ -111,8 +112,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         atomicStore(&part_hist[i], 0u);
                     }
                     var n_cols: u32 = (col_hi - col_lo);
-                    let sk_e2: u32 = (BLOCK * 4u);
-                    var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
+                    let sk_e3: u32 = (BLOCK * 4u);
+                    var n_padded: u32 = ((((n_cols + sk_e3) - 1u) / sk_e3) * sk_e3);
                     for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
                         // built by kernels::filter_top_k::pad_part
                         part_keys[i] = 4286578688u;
@@ -273,14 +274,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e136: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e135: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e135 + 1u)] == 1u) && (rows[(sk_e135 + 6u)] == 1u)))));
+            let sk_e137: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e136: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u))));
+            let sk_e138: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e138 + 1u)] == 1u) && (rows[(sk_e138 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);
@@ -312,14 +314,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mo_left: u32 = 0u;
                             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                 // built by kernels::filter_min_p::left_out_kept
-                                let sk_e145: u32 = (((row_slot * parts) + p) * 1317u);
-                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e145 + 3u)]), atomicLoad(&partials[(sk_e145 + 4u)]));
-                                let sk_e148: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                let sk_e146: f32 = select((0.0f), (1.0f), (sk_e148 == bitcast<f32>(2139095040u)));
-                                let sk_e147: f32 = (sk_e148 - mp_mx);
-                                let sk_e149: bool = (mp_mx == bitcast<f32>(4286578688u));
-                                let sk_e150: bool = (mp_mx == bitcast<f32>(2139095040u));
-                                if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e147), (0.0f), sk_e149), sk_e146, sk_e150) > (0.0f)) && (select(select(sk_exp(sk_e147), (0.0f), sk_e149), sk_e146, sk_e150) >= mp)))) {
+                                let sk_e147: u32 = (((row_slot * parts) + p) * 1317u);
+                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e147 + 3u)]), atomicLoad(&partials[(sk_e147 + 4u)]));
+                                let sk_e150: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                                let sk_e148: f32 = select((0.0f), (1.0f), (sk_e150 == bitcast<f32>(2139095040u)));
+                                let sk_e149: f32 = (sk_e150 - mp_mx);
+                                let sk_e151: bool = (mp_mx == bitcast<f32>(4286578688u));
+                                let sk_e152: bool = (mp_mx == bitcast<f32>(2139095040u));
+                                if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e149), (0.0f), sk_e151), sk_e148, sk_e152) > (0.0f)) && (select(select(sk_exp(sk_e149), (0.0f), sk_e151), sk_e148, sk_e152) >= mp)))) {
                                     mo_left = 1u;
                                 }
                             }

@@ -89,15 +89,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e0: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            let sk_e0: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e2: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 sk_parts_kernel(sk_lid, top_p_cut, col_hi, col_lo, base, slot, min_p_cut, row, mp, kc);
             }
@@ -121,14 +122,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            let sk_e40: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e40 + 1u)] == 1u) && (rows[(sk_e40 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e39: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e39 + 1u)] == 1u) && (rows[(sk_e39 + 6u)] == 1u)))));
+            let sk_e41: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e41 + 1u)] == 1u) && (rows[(sk_e41 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e40: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e40 + 1u)] == 1u) && (rows[(sk_e40 + 6u)] == 1u))));
+            let sk_e42: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e42 + 1u)] == 1u) && (rows[(sk_e42 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);
@@ -160,11 +162,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mo_left: u32 = 0u;
                             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                 // built by kernels::filter_min_p::left_out_kept
-                                let sk_e49: u32 = (((row_slot * parts) + p) * 1317u);
-                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e49 + 3u)]), atomicLoad(&partials[(sk_e49 + 4u)]));
-                                let sk_e51: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                let sk_e50: f32 = select((sk_e51 / mp_mx), (1.0f), (sk_e51 == mp_mx));
-                                if (((mo_lk != 0u) && ((sk_e50 > (0.0f)) && (sk_e50 >= mp)))) {
+                                let sk_e51: u32 = (((row_slot * parts) + p) * 1317u);
+                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e51 + 3u)]), atomicLoad(&partials[(sk_e51 + 4u)]));
+                                let sk_e53: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                                let sk_e52: f32 = select((sk_e53 / mp_mx), (1.0f), (sk_e53 == mp_mx));
+                                if (((mo_lk != 0u) && ((sk_e52 > (0.0f)) && (sk_e52 >= mp)))) {
                                     mo_left = 1u;
                                 }
                             }

@@ -61,7 +61,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_12.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
+// shaders/functions/sk_load_quad_as_12.wgsl
 // shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_read_step_47.wgsl
 // shaders/functions/sk_race_one_6.wgsl
@@ -92,17 +92,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_p::cut_kernel
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            let sk_e0: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e2: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             var row_go: u32 = 0u;
             row_go = sk_block_max_u32(sk_lid, partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
             if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {

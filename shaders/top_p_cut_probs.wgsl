@@ -59,7 +59,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_15.wgsl
 // shaders/functions/sk_cut_part_6.wgsl
 // shaders/functions/sk_cut_part_7.wgsl
-// shaders/functions/sk_load_quad_as_11.wgsl
+// shaders/functions/sk_load_quad_as_13.wgsl
 // shaders/functions/sk_race_one_4.wgsl
 // shaders/functions/sk_cut_part_16.wgsl
 // shaders/functions/sk_read_step_52.wgsl
@@ -91,17 +91,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+        let sk_e0: u32 = (row * 12u);
+        var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_p::cut_kernel
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            let sk_e0: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e1: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e2: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             var row_go: u32 = 0u;
             row_go = sk_block_max_u32(sk_lid, partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
             if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
@@ -204,8 +205,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        let sk_e67: u32 = (rt_col & 3u);
-                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e67 == 1u)), w4[2], (sk_e67 == 2u)), w4[3], (sk_e67 == 3u))));
+                                        let sk_e68: u32 = (rt_col & 3u);
+                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e68 == 1u)), w4[2], (sk_e68 == 2u)), w4[3], (sk_e68 == 3u))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -235,14 +236,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    let sk_e68: u32 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e68 - 1u), li0, (li0 < sk_e68))));
                                     let sk_e69: u32 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e69 - 1u), li1, (li1 < sk_e69))));
+                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e69 - 1u), li0, (li0 < sk_e69))));
                                     let sk_e70: u32 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e70 - 1u), li2, (li2 < sk_e70))));
+                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e70 - 1u), li1, (li1 < sk_e70))));
                                     let sk_e71: u32 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e71 - 1u), li3, (li3 < sk_e71))));
+                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e71 - 1u), li2, (li2 < sk_e71))));
+                                    let sk_e72: u32 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e72 - 1u), li3, (li3 < sk_e72))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);

@@ -15,8 +15,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e118 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e118 ? tn64 : (((lim - sel_m) / (sk_e118 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e119 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e119 ? tn64 : (((lim - sel_m) / (sk_e119 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -29,12 +29,12 @@
         unsigned int ri_key = 0u; \
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
             /* built by kernels::filter_top_p::select_in_range */ \
-            const unsigned int sk_e119 = (ti / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e119) * 1317u) + (5u + ((ti - (sk_e119 * 640u)) * 2u)))]); \
+            const unsigned int sk_e120 = (ti / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e120) * 1317u) + (5u + ((ti - (sk_e120 * 640u)) * 2u)))]); \
         } \
         unsigned int tk_key = ri_key; \
-        const unsigned int sk_e120 = (ti / 640u); \
-        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e120) * 1317u) + (6u + ((ti - (sk_e120 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+        const unsigned int sk_e121 = (ti / 640u); \
+        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e121) * 1317u) + (6u + ((ti - (sk_e121 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
         if ((tk != 0u)) { \
             unsigned int t_in = (t_top - tk); \
             unsigned int t_d = t_in; \
@@ -68,12 +68,12 @@
                     unsigned int ri_key = 0u; \
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                         /* built by kernels::filter_top_p::select_in_range */ \
-                        const unsigned int sk_e121 = (ti / 640u); \
-                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e121) * 1317u) + (5u + ((ti - (sk_e121 * 640u)) * 2u)))]); \
+                        const unsigned int sk_e122 = (ti / 640u); \
+                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e122) * 1317u) + (5u + ((ti - (sk_e122 * 640u)) * 2u)))]); \
                     } \
                     unsigned int tk_key = ri_key; \
-                    const unsigned int sk_e122 = (ti / 640u); \
-                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e122) * 1317u) + (6u + ((ti - (sk_e122 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+                    const unsigned int sk_e123 = (ti / 640u); \
+                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e123) * 1317u) + (6u + ((ti - (sk_e123 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
                         sk_within(t_top, t_span_from, tk, t_span); \
                     } \
@@ -85,8 +85,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e123 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e123 < 464u) ? (select_scratch[min(sk_e123, 463u)]) : 0u)); \
+                const unsigned int sk_e124 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e124 < 464u) ? (select_scratch[min(sk_e124, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -119,12 +119,12 @@
             unsigned int ri_key = 0u; \
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e125 = (ti / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e125) * 1317u) + (5u + ((ti - (sk_e125 * 640u)) * 2u)))]); \
+                const unsigned int sk_e126 = (ti / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e126) * 1317u) + (5u + ((ti - (sk_e126 * 640u)) * 2u)))]); \
             } \
             unsigned int tk_key = ri_key; \
-            const unsigned int sk_e126 = (ti / 640u); \
-            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e126) * 1317u) + (6u + ((ti - (sk_e126 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+            const unsigned int sk_e127 = (ti / 640u); \
+            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e127) * 1317u) + (6u + ((ti - (sk_e127 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
             if ((tk != 0u)) { \
                 sk_within_2(t_top, t_list_lo, tk, t_list_width); \
             } \
@@ -154,12 +154,12 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e127 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e127) * 1317u) + (5u + ((i - (sk_e127 * 640u)) * 2u)))]); \
+            const unsigned int sk_e128 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e128) * 1317u) + (5u + ((i - (sk_e128 * 640u)) * 2u)))]); \
         } \
         unsigned int rk = ri_key; \
-        const unsigned int sk_e128 = (i / 640u); \
-        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e128) * 1317u) + (6u + ((i - (sk_e128 * 640u)) * 2u)))]); \
+        const unsigned int sk_e129 = (i / 640u); \
+        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e129) * 1317u) + (6u + ((i - (sk_e129 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp)))) { \
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
@@ -185,14 +185,14 @@
             unsigned int ri_key = 0u; \
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e131 = (i / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e131) * 1317u) + (5u + ((i - (sk_e131 * 640u)) * 2u)))]); \
+                const unsigned int sk_e132 = (i / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e132) * 1317u) + (5u + ((i - (sk_e132 * 640u)) * 2u)))]); \
             } \
             unsigned int sk_k = ri_key; \
-            const unsigned int sk_e132 = (i / 640u); \
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e132) * 1317u) + (6u + ((i - (sk_e132 * 640u)) * 2u)))]) < sk_tok))))) { \
-                const float sk_e133 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                sk_ahead = (sk_ahead + sk_fixed(((sk_e133 == cut_mx) ? (1.0f) : (sk_e133 / cut_mx)))); \
+            const unsigned int sk_e133 = (i / 640u); \
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e133) * 1317u) + (6u + ((i - (sk_e133 * 640u)) * 2u)))]) < sk_tok))))) { \
+                const float sk_e134 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                sk_ahead = (sk_ahead + sk_fixed(((sk_e134 == cut_mx) ? (1.0f) : (sk_e134 / cut_mx)))); \
             } \
         } \
         unsigned long long sk_ahead_all = 0ull; \

@@ -9,8 +9,8 @@
         part_hist[i] = 0u; \
     } \
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
-    const unsigned int sk_e59 = (((unsigned int)SK_BLOCK) * 4u); \
-    unsigned int n_padded = ((((n_cols + sk_e59) - 1u) / sk_e59) * sk_e59); \
+    const unsigned int sk_e60 = (((unsigned int)SK_BLOCK) * 4u); \
+    unsigned int n_padded = ((((n_cols + sk_e60) - 1u) / sk_e60) * sk_e60); \
     for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_top_k::pad_part */ \
         part_keys[i] = 0u; \
@@ -145,8 +145,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e108 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e108 < t_near_bin) ? ((sk_e108 < 464u) ? (part_hist[min(sk_e108, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e109 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e109 < t_near_bin) ? ((sk_e109 < 464u) ? (part_hist[min(sk_e109, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -173,23 +173,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e109 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e110 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e110 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e111 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e111 < n_cols) ? (part_keys[min(sk_e111, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e111 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e111 < n_cols) ? (part_keys[min(sk_e111, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e112 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e112 < n_cols) ? (part_keys[min(sk_e112, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e112 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e112 < n_cols) ? (part_keys[min(sk_e112, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e113 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e113 < n_cols) ? (part_keys[min(sk_e113, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -226,20 +226,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e125 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e126 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e126 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e127 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e127 < n_cols) ? (part_keys[min(sk_e127, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e127 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e127 < n_cols) ? (part_keys[min(sk_e127, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e128 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e128 < n_cols) ? (part_keys[min(sk_e128, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e128 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e128 < n_cols) ? (part_keys[min(sk_e128, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e129 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e129 < n_cols) ? (part_keys[min(sk_e129, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

@@ -9,8 +9,8 @@
         part_hist[i] = 0u; \
     } \
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
-    const unsigned int sk_e15 = (((unsigned int)SK_BLOCK) * 4u); \
-    unsigned int n_padded = ((((n_cols + sk_e15) - 1u) / sk_e15) * sk_e15); \
+    const unsigned int sk_e16 = (((unsigned int)SK_BLOCK) * 4u); \
+    unsigned int n_padded = ((((n_cols + sk_e16) - 1u) / sk_e16) * sk_e16); \
     for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_top_k::pad_part */ \
         part_keys[i] = 0u; \
@@ -35,14 +35,14 @@
             zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
         } else { \
             /* built by kernels::filter_values::read_step */ \
-            const bool sk_e16 = (li0 < n_cols); \
-            zx0 = (sk_e16 ? sk_load_x(((base + col_lo) + (sk_e16 ? li0 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e17 = (li1 < n_cols); \
-            zx1 = (sk_e17 ? sk_load_x(((base + col_lo) + (sk_e17 ? li1 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e18 = (li2 < n_cols); \
-            zx2 = (sk_e18 ? sk_load_x(((base + col_lo) + (sk_e18 ? li2 : (n_cols - 1u)))) : (0.0f)); \
-            const bool sk_e19 = (li3 < n_cols); \
-            zx3 = (sk_e19 ? sk_load_x(((base + col_lo) + (sk_e19 ? li3 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e17 = (li0 < n_cols); \
+            zx0 = (sk_e17 ? sk_load_x(((base + col_lo) + (sk_e17 ? li0 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e18 = (li1 < n_cols); \
+            zx1 = (sk_e18 ? sk_load_x(((base + col_lo) + (sk_e18 ? li1 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e19 = (li2 < n_cols); \
+            zx2 = (sk_e19 ? sk_load_x(((base + col_lo) + (sk_e19 ? li2 : (n_cols - 1u)))) : (0.0f)); \
+            const bool sk_e20 = (li3 < n_cols); \
+            zx3 = (sk_e20 ? sk_load_x(((base + col_lo) + (sk_e20 ? li3 : (n_cols - 1u)))) : (0.0f)); \
         } \
         { \
             sk_read_step_36(zx0, li0, n_cols, m); \
@@ -98,8 +98,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e20 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e20 < t_near_bin) ? ((sk_e20 < 464u) ? (part_hist[min(sk_e20, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e21 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e21 < t_near_bin) ? ((sk_e21 < 464u) ? (part_hist[min(sk_e21, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -126,23 +126,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e21 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e22 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e22 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e23 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e23 < n_cols) ? (part_keys[min(sk_e23, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e23 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e23 < n_cols) ? (part_keys[min(sk_e23, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e24 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e24 < n_cols) ? (part_keys[min(sk_e24, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e24 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e24 < n_cols) ? (part_keys[min(sk_e24, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e25 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e25 < n_cols) ? (part_keys[min(sk_e25, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -179,20 +179,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e33 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e34 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e34 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e35 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e35 < n_cols) ? (part_keys[min(sk_e35, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e35 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e35 < n_cols) ? (part_keys[min(sk_e35, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e36 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e36 < n_cols) ? (part_keys[min(sk_e36, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e36 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e36 < n_cols) ? (part_keys[min(sk_e36, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e37 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e37 < n_cols) ? (part_keys[min(sk_e37, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

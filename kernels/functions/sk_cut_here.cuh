@@ -30,8 +30,8 @@
         float max_below_v = sk_bitcast<float>(4286578688u); \
         float cut_above_from = ((grid_r - cut_lo) + (1.0f)); \
         float cut_range_from = (grid_r - cut_hi); \
-        const float sk_e2 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
+        const float sk_e3 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        float cut_guard = ((((fabsf((cut_above_from * sk_e3)) + fabsf((cut_range_from * sk_e3))) + fabsf(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
         float cut_x_above = (((cut_above_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp); \
         float cut_x_below = (((cut_range_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp); \
         float max_below_x = sk_bitcast<float>(4286578688u); \
@@ -80,9 +80,9 @@
         unsigned long long part_m_range = 0ull; \
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
-        const float sk_e82 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e81 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e82))) + fabsf((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
-        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e81 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e81)))); \
+        const float sk_e83 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        const float sk_e82 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e83))) + fabsf((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e82 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e82)))); \
         unsigned int part_min_above_not = 0u; \
         part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
@@ -130,8 +130,8 @@
                 /* built by kernels::filter_top_p::race_tied_range */ \
                 for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
                     unsigned int rt_col = (*(volatile unsigned int*)&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]); \
-                    const float sk_e83 = sk_load_x((base + rt_col)); \
-                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83); \
+                    const float sk_e84 = sk_load_x((base + rt_col)); \
+                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84); \
                     float rt_z = (rt_z_x / temp); \
                     float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \

@@ -28,8 +28,8 @@
         float max_below_v = sk_bitcast<float>(4286578688u); \
         float cut_above_from = ((grid_r - cut_lo) + (1.0f)); \
         float cut_range_from = (grid_r - cut_hi); \
-        const float sk_e2 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
+        const float sk_e3 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        float cut_guard = ((((fabsf((cut_above_from * sk_e3)) + fabsf((cut_range_from * sk_e3))) + fabsf(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f)); \
         float cut_x_above = (((cut_above_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp); \
         float cut_x_below = (((cut_range_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp); \
         float max_below_x = sk_bitcast<float>(4286578688u); \
@@ -53,28 +53,28 @@
                 if ((li3 < (col_hi - col_lo))) { \
                     /* built by kernels::filter_values::read_step */ \
                     unsigned int zx_at = ((base + col_lo) + i0); \
-                    const float sk_e3 = sk_load_x(zx_at); \
-                    zx0 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
-                    const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-                    zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
-                    const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-                    zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
-                    const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-                    zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+                    const float sk_e4 = sk_load_x(zx_at); \
+                    zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+                    const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                    zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+                    const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                    zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+                    const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                    zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
-                    const unsigned int sk_e8 = (col_hi - col_lo); \
-                    const float sk_e7 = sk_load_x(((base + col_lo) + ((li0 < sk_e8) ? li0 : (sk_e8 - 1u)))); \
-                    zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
-                    const unsigned int sk_e10 = (col_hi - col_lo); \
-                    const float sk_e9 = sk_load_x(((base + col_lo) + ((li1 < sk_e10) ? li1 : (sk_e10 - 1u)))); \
-                    zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
-                    const unsigned int sk_e12 = (col_hi - col_lo); \
-                    const float sk_e11 = sk_load_x(((base + col_lo) + ((li2 < sk_e12) ? li2 : (sk_e12 - 1u)))); \
-                    zx2 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
-                    const unsigned int sk_e14 = (col_hi - col_lo); \
-                    const float sk_e13 = sk_load_x(((base + col_lo) + ((li3 < sk_e14) ? li3 : (sk_e14 - 1u)))); \
-                    zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
+                    const unsigned int sk_e9 = (col_hi - col_lo); \
+                    const float sk_e8 = sk_load_x(((base + col_lo) + ((li0 < sk_e9) ? li0 : (sk_e9 - 1u)))); \
+                    zx0 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
+                    const unsigned int sk_e11 = (col_hi - col_lo); \
+                    const float sk_e10 = sk_load_x(((base + col_lo) + ((li1 < sk_e11) ? li1 : (sk_e11 - 1u)))); \
+                    zx1 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
+                    const unsigned int sk_e13 = (col_hi - col_lo); \
+                    const float sk_e12 = sk_load_x(((base + col_lo) + ((li2 < sk_e13) ? li2 : (sk_e13 - 1u)))); \
+                    zx2 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
+                    const unsigned int sk_e15 = (col_hi - col_lo); \
+                    const float sk_e14 = sk_load_x(((base + col_lo) + ((li3 < sk_e15) ? li3 : (sk_e15 - 1u)))); \
+                    zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
                     sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
@@ -99,9 +99,9 @@
         unsigned long long part_m_range = 0ull; \
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
-        const float sk_e82 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e81 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e82))) + fabsf((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
-        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e81 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e81)))); \
+        const float sk_e83 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        const float sk_e82 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e83))) + fabsf((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e82 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e82)))); \
         unsigned int part_min_above_not = 0u; \
         part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
@@ -149,8 +149,8 @@
                 /* built by kernels::filter_top_p::race_tied_range */ \
                 for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
                     unsigned int rt_col = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]; \
-                    const float sk_e83 = sk_load_x((base + rt_col)); \
-                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83); \
+                    const float sk_e84 = sk_load_x((base + rt_col)); \
+                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84); \
                     float rt_z = (rt_z_x / temp); \
                     float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \
@@ -159,8 +159,8 @@
                         } else { \
                             /* built by kernels::filter_top_k::race_one */ \
                             uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-                            const unsigned int sk_e85 = (rt_col & 3u); \
-                            float score = (rt_z + sk_gumbel(((sk_e85 == 3u) ? ((w4).w) : ((sk_e85 == 2u) ? ((w4).z) : ((sk_e85 == 1u) ? ((w4).y) : ((w4).x)))))); \
+                            const unsigned int sk_e86 = (rt_col & 3u); \
+                            float score = (rt_z + sk_gumbel(((sk_e86 == 3u) ? ((w4).w) : ((sk_e86 == 2u) ? ((w4).z) : ((sk_e86 == 1u) ? ((w4).y) : ((w4).x)))))); \
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) { \
                                 /* built by kernels::filter_top_k::keep_lower */ \
                                 bestr = score; \
@@ -184,28 +184,28 @@
                     if ((li3 < (col_hi - col_lo))) { \
                         /* built by kernels::filter_values::read_step */ \
                         unsigned int zx_at = ((base + col_lo) + i0); \
-                        const float sk_e86 = sk_load_x(zx_at); \
-                        zx0 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86); \
-                        const float sk_e87 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-                        zx1 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87); \
-                        const float sk_e88 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-                        zx2 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88); \
-                        const float sk_e89 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-                        zx3 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89); \
+                        const float sk_e87 = sk_load_x(zx_at); \
+                        zx0 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87); \
+                        const float sk_e88 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                        zx1 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88); \
+                        const float sk_e89 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                        zx2 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89); \
+                        const float sk_e90 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                        zx3 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90); \
                     } else { \
                         /* built by kernels::filter_values::read_step */ \
-                        const unsigned int sk_e91 = (col_hi - col_lo); \
-                        const float sk_e90 = sk_load_x(((base + col_lo) + ((li0 < sk_e91) ? li0 : (sk_e91 - 1u)))); \
-                        zx0 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90); \
-                        const unsigned int sk_e93 = (col_hi - col_lo); \
-                        const float sk_e92 = sk_load_x(((base + col_lo) + ((li1 < sk_e93) ? li1 : (sk_e93 - 1u)))); \
-                        zx1 = (((sk_bitcast<unsigned int>(sk_e92) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e92); \
-                        const unsigned int sk_e95 = (col_hi - col_lo); \
-                        const float sk_e94 = sk_load_x(((base + col_lo) + ((li2 < sk_e95) ? li2 : (sk_e95 - 1u)))); \
-                        zx2 = (((sk_bitcast<unsigned int>(sk_e94) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e94); \
-                        const unsigned int sk_e97 = (col_hi - col_lo); \
-                        const float sk_e96 = sk_load_x(((base + col_lo) + ((li3 < sk_e97) ? li3 : (sk_e97 - 1u)))); \
-                        zx3 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96); \
+                        const unsigned int sk_e92 = (col_hi - col_lo); \
+                        const float sk_e91 = sk_load_x(((base + col_lo) + ((li0 < sk_e92) ? li0 : (sk_e92 - 1u)))); \
+                        zx0 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91); \
+                        const unsigned int sk_e94 = (col_hi - col_lo); \
+                        const float sk_e93 = sk_load_x(((base + col_lo) + ((li1 < sk_e94) ? li1 : (sk_e94 - 1u)))); \
+                        zx1 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93); \
+                        const unsigned int sk_e96 = (col_hi - col_lo); \
+                        const float sk_e95 = sk_load_x(((base + col_lo) + ((li2 < sk_e96) ? li2 : (sk_e96 - 1u)))); \
+                        zx2 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95); \
+                        const unsigned int sk_e98 = (col_hi - col_lo); \
+                        const float sk_e97 = sk_load_x(((base + col_lo) + ((li3 < sk_e98) ? li3 : (sk_e98 - 1u)))); \
+                        zx3 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97); \
                     } \
                     if ((li0 < (col_hi - col_lo))) { \
                         sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \

@@ -22,14 +22,14 @@
             zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
         } else { \
             /* built by kernels::filter_values::read_step */ \
-            const unsigned int sk_e2 = (col_hi - col_lo); \
-            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u)))); \
             const unsigned int sk_e3 = (col_hi - col_lo); \
-            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u)))); \
+            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u)))); \
             const unsigned int sk_e4 = (col_hi - col_lo); \
-            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u)))); \
+            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e4) ? li1 : (sk_e4 - 1u)))); \
             const unsigned int sk_e5 = (col_hi - col_lo); \
-            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u)))); \
+            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e5) ? li2 : (sk_e5 - 1u)))); \
+            const unsigned int sk_e6 = (col_hi - col_lo); \
+            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e6) ? li3 : (sk_e6 - 1u)))); \
         } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \

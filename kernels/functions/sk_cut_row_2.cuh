@@ -20,8 +20,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e85 = (((row_slot * parts) + 0u) * 1317u); \
-            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e85 + 1288u)]) - ((float)(partials[(sk_e85 + 1286u)]))) + (1.0f)), (0.0f))); \
+            const unsigned int sk_e86 = (((row_slot * parts) + 0u) * 1317u); \
+            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e86 + 1288u)]) - ((float)(partials[(sk_e86 + 1286u)]))) + (1.0f)), (0.0f))); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -79,38 +79,38 @@
                     zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
-                    const unsigned int sk_e86 = (col_hi - col_lo); \
-                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e86) ? li0 : (sk_e86 - 1u)))); \
                     const unsigned int sk_e87 = (col_hi - col_lo); \
-                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e87) ? li1 : (sk_e87 - 1u)))); \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e87) ? li0 : (sk_e87 - 1u)))); \
                     const unsigned int sk_e88 = (col_hi - col_lo); \
-                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e88) ? li2 : (sk_e88 - 1u)))); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e88) ? li1 : (sk_e88 - 1u)))); \
                     const unsigned int sk_e89 = (col_hi - col_lo); \
-                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e89) ? li3 : (sk_e89 - 1u)))); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e89) ? li2 : (sk_e89 - 1u)))); \
                     const unsigned int sk_e90 = (col_hi - col_lo); \
-                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e90) ? li4 : (sk_e90 - 1u)))); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e90) ? li3 : (sk_e90 - 1u)))); \
                     const unsigned int sk_e91 = (col_hi - col_lo); \
-                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e91) ? li5 : (sk_e91 - 1u)))); \
+                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e91) ? li4 : (sk_e91 - 1u)))); \
                     const unsigned int sk_e92 = (col_hi - col_lo); \
-                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e92) ? li6 : (sk_e92 - 1u)))); \
+                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e92) ? li5 : (sk_e92 - 1u)))); \
                     const unsigned int sk_e93 = (col_hi - col_lo); \
-                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e93) ? li7 : (sk_e93 - 1u)))); \
+                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e93) ? li6 : (sk_e93 - 1u)))); \
                     const unsigned int sk_e94 = (col_hi - col_lo); \
-                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e94) ? li8 : (sk_e94 - 1u)))); \
+                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e94) ? li7 : (sk_e94 - 1u)))); \
                     const unsigned int sk_e95 = (col_hi - col_lo); \
-                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e95) ? li9 : (sk_e95 - 1u)))); \
+                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e95) ? li8 : (sk_e95 - 1u)))); \
                     const unsigned int sk_e96 = (col_hi - col_lo); \
-                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e96) ? li10 : (sk_e96 - 1u)))); \
+                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e96) ? li9 : (sk_e96 - 1u)))); \
                     const unsigned int sk_e97 = (col_hi - col_lo); \
-                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e97) ? li11 : (sk_e97 - 1u)))); \
+                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e97) ? li10 : (sk_e97 - 1u)))); \
                     const unsigned int sk_e98 = (col_hi - col_lo); \
-                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e98) ? li12 : (sk_e98 - 1u)))); \
+                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e98) ? li11 : (sk_e98 - 1u)))); \
                     const unsigned int sk_e99 = (col_hi - col_lo); \
-                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e99) ? li13 : (sk_e99 - 1u)))); \
+                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e99) ? li12 : (sk_e99 - 1u)))); \
                     const unsigned int sk_e100 = (col_hi - col_lo); \
-                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e100) ? li14 : (sk_e100 - 1u)))); \
+                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e100) ? li13 : (sk_e100 - 1u)))); \
                     const unsigned int sk_e101 = (col_hi - col_lo); \
-                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e101) ? li15 : (sk_e101 - 1u)))); \
+                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e101) ? li14 : (sk_e101 - 1u)))); \
+                    const unsigned int sk_e102 = (col_hi - col_lo); \
+                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e102) ? li15 : (sk_e102 - 1u)))); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
                     sk_read_step_49(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
@@ -179,8 +179,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, tot_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e102 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e102 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e102 > max_below_all)); \
+            const unsigned int sk_e103 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e103 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e103 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \
@@ -211,8 +211,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e103 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e103 > best) || ((sk_e103 == best) && (w_i < best_i)))) { \
+                    const float sk_e104 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
+                    if (((sk_e104 > best) || ((sk_e104 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
@@ -221,12 +221,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e105 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e104 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e105 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e105 + 0u)])))); \
-                    if (((sk_e104 > best64) || ((sk_e104 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e106 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                    const double sk_e105 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 0u)])))); \
+                    if (((sk_e105 > best64) || ((sk_e105 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e106 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 0u)])))); \
+                        const unsigned int sk_e107 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e107 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e107 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \

@@ -40,8 +40,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e20 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20); \
+            const float sk_e21 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -235,8 +235,8 @@
         /* built by kernels::filters::select_step */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e37 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e37 ? tn64 : (((lim - sel_m) / (sk_e37 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e38 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull)))); \
         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
         sel_key = 0u; \
         sel_mask = 0u; \

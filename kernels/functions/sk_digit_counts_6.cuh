@@ -40,8 +40,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e377 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e377) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e377); \
+            const float sk_e378 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e378) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e378); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \

@@ -4,8 +4,8 @@
 #define sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e8 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e8 : (sk_e8 - sel_a)); \
+    const unsigned int sk_e9 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e9 : (sk_e9 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -56,8 +56,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e17 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17); \
+            const float sk_e18 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -81,8 +81,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e18 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18); \
+            const float sk_e19 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -122,8 +122,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e19 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e20 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

@@ -4,8 +4,8 @@
 #define sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e0 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a)); \
+    const unsigned int sk_e1 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e1 : (sk_e1 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -129,8 +129,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e1 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e2 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

@@ -4,8 +4,8 @@
 #define sk_find_set_4(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e365 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e365 : (sk_e365 - sel_a)); \
+    const unsigned int sk_e366 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e366 : (sk_e366 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -56,8 +56,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e374 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e374) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e374); \
+            const float sk_e375 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e375) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e375); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -81,8 +81,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e375 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e375) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e375); \
+            const float sk_e376 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e376) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e376); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -122,8 +122,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e376 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e376 == (sel_n + min(sel_tn, 64u))) || (!((sk_e376 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e377 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e377 == (sel_n + min(sel_tn, 64u))) || (!((sk_e377 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

@@ -4,8 +4,8 @@
 #define sk_find_set_5(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e230 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e230 : (sk_e230 - sel_a)); \
+    const unsigned int sk_e231 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e231 : (sk_e231 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -124,8 +124,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e231 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e231 == (sel_n + min(sel_tn, 64u))) || (!((sk_e231 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e232 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e232 == (sel_n + min(sel_tn, 64u))) || (!((sk_e232 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

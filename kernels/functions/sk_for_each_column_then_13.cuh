@@ -5,10 +5,10 @@
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \
     if ((col < col_hi)) { \
-        const float sk_e42 = sk_load_x((base + col)); \
-        float rz = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp); \
-        const unsigned int sk_e43 = (row * 12u); \
-        unsigned int rh = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col); \
+        const float sk_e43 = sk_load_x((base + col)); \
+        float rz = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp); \
+        const unsigned int sk_e44 = (row * 12u); \
+        unsigned int rh = sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col); \
         if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) { \
             /* built by kernels::seeded::seeded_logits_finish */ \
             float g32_any = sk_seeded_gumbel_screen(rh); \
@@ -17,15 +17,15 @@
             float sv32 = ((finite ? rz : (0.0f)) + g32); \
             float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
             if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) { \
-                const float sk_e45 = sk_load_x((base + col)); \
-                const float sk_e44 = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp); \
-                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e44 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e44 - row_m)))) * inv); \
+                const float sk_e46 = sk_load_x((base + col)); \
+                const float sk_e45 = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp); \
+                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e45 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e45 - row_m)))) * inv); \
                 double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u))); \
                 double s64 = lp; \
                 if (noisy) { \
                     /* built by kernels::seeded::score64 */ \
-                    const unsigned int sk_e46 = (row * 12u); \
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col))); \
+                    const unsigned int sk_e47 = (row * 12u); \
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col))); \
                 } \
                 if (((s64 > best) || (best_i == 4294967295u))) { \
                     /* built by kernels::seeded::keep_best */ \

@@ -35,14 +35,14 @@
                         unsigned int ec_atu = ((unsigned int)ec_at); \
                         unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u); \
                         part_keys[g] = (part_keys[g] + ec_n); \
-                        const unsigned int sk_e7 = (512u + g); \
-                        part_keys[sk_e7] = max(part_keys[sk_e7], ec_n); \
+                        const unsigned int sk_e8 = (512u + g); \
+                        part_keys[sk_e8] = max(part_keys[sk_e8], ec_n); \
                         unsigned int ec_x = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]); \
                         unsigned int ec_sum = (part_keys[(1024u + g)] + ec_x); \
                         part_keys[(1024u + g)] = ec_sum; \
                         if ((ec_sum < ec_x)) { \
-                            const unsigned int sk_e8 = (1536u + g); \
-                            part_keys[sk_e8] = (part_keys[sk_e8] + 1u); \
+                            const unsigned int sk_e9 = (1536u + g); \
+                            part_keys[sk_e9] = (part_keys[sk_e9] + 1u); \
                         } \
                     } \
                 } \
@@ -62,8 +62,8 @@
         float ec_unit = ((3500000000.0f) / ec_total); \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::place_cut */ \
-            const unsigned int sk_e9 = (1024u + g); \
-            part_keys[sk_e9] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e9]) * ec_unit)); \
+            const unsigned int sk_e10 = (1024u + g); \
+            part_keys[sk_e10] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e10]) * ec_unit)); \
         } \
         unsigned int ec_m_own = 0u; \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
@@ -111,8 +111,8 @@
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::crossing */ \
             unsigned int ec_n_x = part_keys[(0u + g)]; \
-            const unsigned int sk_e10 = (kk - 1u); \
-            if ((((kk < vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) { \
+            const unsigned int sk_e11 = (kk - 1u); \
+            if ((((kk < vocab) && (ec_n_cum <= sk_e11)) && ((ec_n_cum + ec_n_x) > sk_e11))) { \
                 ec_n_first = max(ec_n_first, (512u - g)); \
                 ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u); \
                 ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \

@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e207 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e207 + 3u)], partials[(sk_e207 + 4u)]); \
-        const float sk_e210 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e208 = ((sk_e210 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e209 = (sk_e210 - row_m); \
-        const bool sk_e211 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e212 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e212 ? sk_e208 : (sk_e211 ? (0.0f) : sk_exp(sk_e209))) > (0.0f)) && ((sk_e212 ? sk_e208 : (sk_e211 ? (0.0f) : sk_exp(sk_e209))) >= mp)))) { \
+        const unsigned int sk_e208 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e208 + 3u)], partials[(sk_e208 + 4u)]); \
+        const float sk_e211 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e209 = ((sk_e211 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e210 = (sk_e211 - row_m); \
+        const bool sk_e212 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e213 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) > (0.0f)) && ((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e213 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e213 + 1u)] == 1u) && (rows[(sk_e213 + 6u)] == 1u))))) { \
+    const unsigned int sk_e214 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e214 + 1u)] == 1u) && (rows[(sk_e214 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,12 +34,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e214 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e214) && (sk_e214 != 4294967295u))) { \
-                const unsigned int sk_e215 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e215 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e215) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e216 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e216 > (0.0f)) && (sk_e216 >= mp))) { \
+            const unsigned int sk_e215 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e215) && (sk_e215 != 4294967295u))) { \
+                const unsigned int sk_e216 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e216 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e216) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e217 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e217 > (0.0f)) && (sk_e217 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
@@ -50,14 +50,14 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e220 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e219 = (sk_e220 + 7u); \
-            const bool sk_e221 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e222 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e220 + 2u)] == 4294967295u) && (((sk_e222 ? ((sk_bitcast<float>((partials[sk_e219] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e219]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e221 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e219] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e219]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e222 ? ((sk_bitcast<float>((partials[sk_e219] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e219]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e221 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e219] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e219]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e224 = (((slot * parts) + p) * 1317u); \
-                const float sk_e223 = sk_bitcast<float>(partials[(sk_e224 + 5u)]); \
-                if (((sk_e223 > best) || ((sk_e223 == best) && (partials[(sk_e224 + 6u)] < best_i)))) { \
+            const unsigned int sk_e221 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e220 = (sk_e221 + 7u); \
+            const bool sk_e222 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e223 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e221 + 2u)] == 4294967295u) && (((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e225 = (((slot * parts) + p) * 1317u); \
+                const float sk_e224 = sk_bitcast<float>(partials[(sk_e225 + 5u)]); \
+                if (((sk_e224 > best) || ((sk_e224 == best) && (partials[(sk_e225 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e227 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e225 = (sk_e227 + 7u); \
-            const unsigned int sk_e226 = (sk_e227 + 0u); \
-            const bool sk_e228 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e229 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e227 + 2u)] == 4294967295u) && (((sk_e229 ? ((sk_bitcast<float>(partials[sk_e226]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e228 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e226]) - row_m)))) > (0.0f)) && ((sk_e229 ? ((sk_bitcast<float>(partials[sk_e226]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e228 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e226]) - row_m)))) >= mp))) && (!(((sk_e229 ? ((sk_bitcast<float>((partials[sk_e225] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e225]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e228 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e225] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e225]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e229 ? ((sk_bitcast<float>((partials[sk_e225] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e225]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e228 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e225] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e225]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e228 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e226 = (sk_e228 + 7u); \
+            const unsigned int sk_e227 = (sk_e228 + 0u); \
+            const bool sk_e229 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e230 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e228 + 2u)] == 4294967295u) && (((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) >= mp))) && (!(((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \

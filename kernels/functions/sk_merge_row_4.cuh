@@ -94,8 +94,8 @@
             } \
             if (g_take) { \
                 listed_cols[(0u + g_out)] = gk; \
-                const unsigned int sk_e175 = (gj / want); \
-                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e175) * 1317u) + (6u + ((gj - (sk_e175 * want)) * 2u)))]; \
+                const unsigned int sk_e176 = (gj / want); \
+                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e176) * 1317u) + (6u + ((gj - (sk_e176 * want)) * 2u)))]; \
                 g_out = (g_out + 1u); \
             } \
         } \
@@ -103,8 +103,8 @@
     unsigned int n_sel = (t_above + t_take); \
     __syncthreads(); \
     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e176 = listed_cols[(0u + i)]; \
-        float zi = sk_bitcast<float>((sk_e176 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e176) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e177 = listed_cols[(0u + i)]; \
+        float zi = sk_bitcast<float>((sk_e177 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e177) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi); \
         listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull)); \
         listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u)); \
@@ -141,9 +141,9 @@
     unsigned int n_lo = 0u; \
     unsigned int n_unsure = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e178 = listed_cols[(1285u + r)]; \
-        const float sk_e177 = sk_bitcast<float>((sk_e178 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e178) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((sk_e177 == row_m) ? (1.0f) : (sk_e177 / row_m)); \
+        const unsigned int sk_e179 = listed_cols[(1285u + r)]; \
+        const float sk_e178 = sk_bitcast<float>((sk_e179 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((sk_e178 == row_m) ? (1.0f) : (sk_e178 / row_m)); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         float bf = sk_fixed_f32(br); \
@@ -217,16 +217,16 @@
         double best64 = sk_bitcast<double>(18442240474082181120ull); \
         unsigned int best64_i = 4294967295u; \
         bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-        const unsigned int sk_e197 = (row * 12u); \
-        bool ow_ranked = ((rows[(sk_e197 + 1u)] == 1u) && (rows[(sk_e197 + 6u)] == 1u)); \
+        const unsigned int sk_e198 = (row * 12u); \
+        bool ow_ranked = ((rows[(sk_e198 + 1u)] == 1u) && (rows[(sk_e198 + 6u)] == 1u)); \
         unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
         unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
         unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
         unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
         for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
             unsigned int rc = listed_cols[(1542u + r)]; \
-            const unsigned int sk_e198 = listed_cols[(1285u + r)]; \
-            float rz = sk_bitcast<float>((sk_e198 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e198) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e199 = listed_cols[(1285u + r)]; \
+            float rz = sk_bitcast<float>((sk_e199 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e199) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             if (ow_ranked) { \
                 sk_merge_row_3(rz, noisy, row, r, best64, best64_i); \
             } else { \

@@ -25,8 +25,8 @@
                     unsigned int ef_atu = ((unsigned int)ef_at); \
                     unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u); \
                     part_keys[g] = (part_keys[g] + ef_n); \
-                    const unsigned int sk_e11 = (1024u + g); \
-                    part_keys[sk_e11] = max(part_keys[sk_e11], ef_n); \
+                    const unsigned int sk_e12 = (1024u + g); \
+                    part_keys[sk_e12] = max(part_keys[sk_e12], ef_n); \
                 } \
             } \
         } \
@@ -36,15 +36,15 @@
         /* built by kernels::filter_top_p::place_cut */ \
         float ef_k = ((ef_r - ((float)g)) + (1.0f)); \
         float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 14u))); \
-        const float sk_e12 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f)); \
-        float ef_w = (((float)(part_keys[g])) * ((sk_e12 == row_m) ? (1.0f) : (sk_e12 / row_m))); \
+        const float sk_e13 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f)); \
+        float ef_w = (((float)(part_keys[g])) * ((sk_e13 == row_m) ? (1.0f) : (sk_e13 / row_m))); \
         part_keys[(2048u + g)] = sk_bitcast<unsigned int>(ef_w); \
         ef_own_w = (ef_own_w + ef_w); \
     } \
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
         /* built by kernels::filter_top_p::place_cut */ \
-        const unsigned int sk_e13 = (2048u + g); \
-        part_keys[sk_e13] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e13]) * ec_unit)); \
+        const unsigned int sk_e14 = (2048u + g); \
+        part_keys[sk_e14] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e14]) * ec_unit)); \
     } \
     unsigned int ef_m_own = 0u; \
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
@@ -92,8 +92,8 @@
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
         /* built by kernels::filter_top_p::crossing */ \
         unsigned int ef_n_x = part_keys[(0u + g)]; \
-        const unsigned int sk_e14 = (kk - 1u); \
-        if ((((kk < vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) { \
+        const unsigned int sk_e15 = (kk - 1u); \
+        if ((((kk < vocab) && (ef_n_cum <= sk_e15)) && ((ef_n_cum + ef_n_x) > sk_e15))) { \
             ef_n_first = max(ef_n_first, (1024u - g)); \
             ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u); \
             ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \

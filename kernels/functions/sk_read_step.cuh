@@ -3,12 +3,12 @@
 // `sk_read_step`, included by each kernel that calls it
 #define sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
-    const float sk_e4 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
-    const float sk_e5 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
-    const float sk_e6 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
-    const float sk_e7 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+    const float sk_e5 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+    const float sk_e6 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    const float sk_e7 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+    const float sk_e8 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
 }

@@ -27,6 +27,6 @@
         } \
         kept = in_set; \
     } \
-    const unsigned int sk_e55 = (base + col); \
-    out[sk_e55] = (kept ? sk_load_x(sk_e55) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e56 = (base + col); \
+    out[sk_e56] = (kept ? sk_load_x(sk_e56) : sk_bitcast<float>(4286578688u)); \
 }

@@ -4,12 +4,12 @@
 #define sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + c0); \
-    const float sk_e41 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41); \
-    const float sk_e42 = sk_load_x((size_t)(zx_at) + 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42); \
-    const float sk_e43 = sk_load_x((size_t)(zx_at) + 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43); \
-    const float sk_e44 = sk_load_x((size_t)(zx_at) + 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44); \
+    const float sk_e42 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42); \
+    const float sk_e43 = sk_load_x((size_t)(zx_at) + 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43); \
+    const float sk_e44 = sk_load_x((size_t)(zx_at) + 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44); \
+    const float sk_e45 = sk_load_x((size_t)(zx_at) + 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45); \
 }

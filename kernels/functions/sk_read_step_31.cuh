@@ -19,8 +19,8 @@
         double s64 = sk_log64(((double)zv)); \
         if (noisy) { \
             /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e25 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col))); \
+            const unsigned int sk_e26 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col))); \
         } \
         if (((s64 > best64) || (best64_i == 4294967295u))) { \
             /* built by kernels::filters::keep_best */ \

@@ -3,12 +3,12 @@
 // `sk_read_step_39`, included by each kernel that calls it
 #define sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
-    const float sk_e361 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e361) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e361); \
-    const float sk_e362 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e362) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e362); \
-    const float sk_e363 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e363) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e363); \
-    const float sk_e364 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e364) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e364); \
+    const float sk_e362 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e362) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e362); \
+    const float sk_e363 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e363) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e363); \
+    const float sk_e364 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e364) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e364); \
+    const float sk_e365 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e365) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e365); \
 }

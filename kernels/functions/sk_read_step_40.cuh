@@ -4,12 +4,12 @@
 #define sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + c0); \
-    const float sk_e378 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e378) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e378); \
-    const float sk_e379 = sk_load_x((size_t)(zx_at) + 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e379) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e379); \
-    const float sk_e380 = sk_load_x((size_t)(zx_at) + 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e380) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e380); \
-    const float sk_e381 = sk_load_x((size_t)(zx_at) + 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e381) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e381); \
+    const float sk_e379 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e379) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e379); \
+    const float sk_e380 = sk_load_x((size_t)(zx_at) + 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e380) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e380); \
+    const float sk_e381 = sk_load_x((size_t)(zx_at) + 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e381) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e381); \
+    const float sk_e382 = sk_load_x((size_t)(zx_at) + 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e382) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e382); \
 }

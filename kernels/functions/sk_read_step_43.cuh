@@ -4,12 +4,12 @@
 #define sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + i0); \
-    const float sk_e3 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
-    const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
-    const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
-    const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    const float sk_e4 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+    const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+    const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
 }

@@ -3,16 +3,16 @@
 // `sk_read_step_48`, included by each kernel that calls it
 #define sk_read_step_48(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
-    const unsigned int sk_e8 = (col_hi - col_lo); \
-    const float sk_e7 = sk_load_x(((base + col_lo) + ((li0 < sk_e8) ? li0 : (sk_e8 - 1u)))); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
-    const unsigned int sk_e10 = (col_hi - col_lo); \
-    const float sk_e9 = sk_load_x(((base + col_lo) + ((li1 < sk_e10) ? li1 : (sk_e10 - 1u)))); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
-    const unsigned int sk_e12 = (col_hi - col_lo); \
-    const float sk_e11 = sk_load_x(((base + col_lo) + ((li2 < sk_e12) ? li2 : (sk_e12 - 1u)))); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
-    const unsigned int sk_e14 = (col_hi - col_lo); \
-    const float sk_e13 = sk_load_x(((base + col_lo) + ((li3 < sk_e14) ? li3 : (sk_e14 - 1u)))); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
+    const unsigned int sk_e9 = (col_hi - col_lo); \
+    const float sk_e8 = sk_load_x(((base + col_lo) + ((li0 < sk_e9) ? li0 : (sk_e9 - 1u)))); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
+    const unsigned int sk_e11 = (col_hi - col_lo); \
+    const float sk_e10 = sk_load_x(((base + col_lo) + ((li1 < sk_e11) ? li1 : (sk_e11 - 1u)))); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
+    const unsigned int sk_e13 = (col_hi - col_lo); \
+    const float sk_e12 = sk_load_x(((base + col_lo) + ((li2 < sk_e13) ? li2 : (sk_e13 - 1u)))); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
+    const unsigned int sk_e15 = (col_hi - col_lo); \
+    const float sk_e14 = sk_load_x(((base + col_lo) + ((li3 < sk_e15) ? li3 : (sk_e15 - 1u)))); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
 }

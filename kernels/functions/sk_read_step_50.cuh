@@ -4,13 +4,13 @@
 #define sk_read_step_50(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i) { \
     /* built by kernels::filter_values::read_step */ \
     float rr_v = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    const float sk_e165 = ((rr_v == row_m) ? (1.0f) : (rr_v / row_m)); \
-    if (((sk_e165 > (0.0f)) && (sk_e165 >= mp))) { \
+    const float sk_e166 = ((rr_v == row_m) ? (1.0f) : (rr_v / row_m)); \
+    if (((sk_e166 > (0.0f)) && (sk_e166 >= mp))) { \
         /* built by kernels::filter_min_p::rerace */ \
         unsigned int rr_col = (col_lo + li0); \
         uint4 w4 = sk_philox(make_uint4(((rr_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e166 = (rr_col & 3u); \
-        float score = (rr_v / sk_exponential(((sk_e166 == 3u) ? ((w4).w) : ((sk_e166 == 2u) ? ((w4).z) : ((sk_e166 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e167 = (rr_col & 3u); \
+        float score = (rr_v / sk_exponential(((sk_e167 == 3u) ? ((w4).w) : ((sk_e167 == 2u) ? ((w4).z) : ((sk_e167 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (rr_col < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \

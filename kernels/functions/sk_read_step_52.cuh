@@ -4,8 +4,8 @@
 #define sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i) { \
     /* built by kernels::filter_values::read_step */ \
     float rt_z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    const unsigned int sk_e72 = (sk_bitcast<unsigned int>(rt_z) >> (23u - cut_grid_shift)); \
-    if (((sk_e72 >= cut_range_from) && (!(sk_e72 >= cut_above_from)))) { \
+    const unsigned int sk_e73 = (sk_bitcast<unsigned int>(rt_z) >> (23u - cut_grid_shift)); \
+    if (((sk_e73 >= cut_range_from) && (!(sk_e73 >= cut_above_from)))) { \
         /* built by kernels::filter_top_p::race_tied_range */ \
         float rt_ov = rt_z; \
         if (((mp <= (0.0f)) || (((rt_ov == part_mx) ? (1.0f) : (rt_ov / part_mx)) >= mp))) { \

@@ -4,12 +4,12 @@
 #define sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + i0); \
-    const float sk_e0 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0); \
-    const float sk_e1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
-    const float sk_e2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
-    const float sk_e3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    const float sk_e1 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
+    const float sk_e2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
+    const float sk_e3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
 }

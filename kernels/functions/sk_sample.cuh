@@ -21,7 +21,7 @@
     unsigned int up1_i = 4294967295u; \
     float up2 = sk_bitcast<float>(4286578688u); \
     if (noisy) { \
-        sk_screened_pass(row, col_lo, base, col_hi, rcp_t, temp, m, s, lo_best, w, up1, up2, up1_i, best, best_i, best_z, top, top_i, top_n); \
+        sk_screened_pass_2(row, col_lo, base, col_hi, rcp_t, temp, m, s, lo_best, w, up1, up2, up1_i, best, best_i, best_z, top, top_i, top_n); \
     } else { \
         /* built by kernels::race::race_row */ \
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) { \
@@ -32,9 +32,9 @@
             float x3 = sk_bitcast<float>(4286578688u); \
             unsigned int x_at = (base + c0); \
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-                sk_load_quad_as_3(x_at, x0, x1, x2, x3); \
+                sk_load_quad_as_11(x_at, x0, x1, x2, x3); \
             } else { \
-                sk_load_quad_as_2(c0, col_hi, base, x0, x1, x2, x3); \
+                sk_load_quad_as_10(c0, col_hi, base, x0, x1, x2, x3); \
             } \
             { \
                 sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s); \
@@ -79,8 +79,8 @@
             float row_sum = (0.0f); \
             row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))); \
             if ((threadIdx.x == 0u)) { \
-                const float sk_e71 = sk_load_x((base + tok)); \
-                logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u)); \
+                const float sk_e72 = sk_load_x((base + tok)); \
+                logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u)); \
             } \
         } \
     } else { \
@@ -173,8 +173,8 @@
                 if ((tops > 0u)) { \
                     sk_whole_row_results(top, top_i, tok); \
                 } \
-                const bool sk_e72 = (tok == 4294967295u); \
-                float z = (sk_e72 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e72 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
+                const bool sk_e73 = (tok == 4294967295u); \
+                float z = (sk_e73 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e73 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
                 if ((tok == 4294967295u)) { \
                     /* built by kernels::combine::combine_row */ \
                     tok = 0u; \

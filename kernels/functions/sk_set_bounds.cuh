@@ -10,8 +10,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e40 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e40 ? tn64 : (((lim - sel_m) / (sk_e40 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e41 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e41 ? tn64 : (((lim - sel_m) / (sk_e41 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -159,8 +159,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e69 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e69 : (zv + sk_e69)) : zv); \
+                            const float sk_e70 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e70 : (zv + sk_e70)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -183,8 +183,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e70 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e70 : (zv + sk_e70)) : zv); \
+                            const float sk_e71 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e71 : (zv + sk_e71)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -207,8 +207,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e71 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e71 : (zv + sk_e71)) : zv); \
+                            const float sk_e72 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e72 : (zv + sk_e72)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -231,8 +231,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e72 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e72 : (zv + sk_e72)) : zv); \
+                            const float sk_e73 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e73 : (zv + sk_e73)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \

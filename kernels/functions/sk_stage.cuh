@@ -12,14 +12,14 @@
         row_max = sk_block_max_f32(m); \
         mx = row_max; \
     } \
-    const unsigned int sk_e12 = (stage - 1u); \
-    if (((sk_e12 > 0u) && (sk_e12 < (digits + 1u)))) { \
+    const unsigned int sk_e13 = (stage - 1u); \
+    if (((sk_e13 > 0u) && (sk_e13 < (digits + 1u)))) { \
         sk_decide(stage, sel_a, parts, slot0, k_first, pp, kk, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask); \
     } \
     if ((stage < (digits + 1u))) { \
         bool in_a = (stage <= sel_a); \
-        const unsigned int sk_e31 = (stage - 1u); \
-        unsigned int digit_pass = (in_a ? sk_e31 : (sk_e31 - sel_a)); \
+        const unsigned int sk_e32 = (stage - 1u); \
+        unsigned int digit_pass = (in_a ? sk_e32 : (sk_e32 - sel_a)); \
         unsigned int shift = (28u - (digit_pass * 4u)); \
         unsigned int cnt_0 = 0; \
         unsigned int cnt_1 = 0; \
@@ -70,14 +70,14 @@
                 if ((li3 < sweep_n)) { \
                     /* built by kernels::filter_values::read_step */ \
                     unsigned int zx_at = ((base + col_lo) + i0); \
-                    const float sk_e32 = sk_load_x(zx_at); \
-                    zx0 = (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32); \
-                    const float sk_e33 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-                    zx1 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33); \
-                    const float sk_e34 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-                    zx2 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
-                    const float sk_e35 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-                    zx3 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+                    const float sk_e33 = sk_load_x(zx_at); \
+                    zx0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33); \
+                    const float sk_e34 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                    zx1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
+                    const float sk_e35 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                    zx2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+                    const float sk_e36 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                    zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
                 } else { \
                     sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
@@ -202,16 +202,16 @@
                     } \
                     unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]; \
                     if ((pi64 != 4294967295u)) { \
-                        const unsigned int sk_e73 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e73 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e73 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
+                        const unsigned int sk_e74 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e74 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e74 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
                             /* built by kernels::filters::keep_best */ \
-                            const unsigned int sk_e74 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e74 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e74 + 0u)])))); \
+                            const unsigned int sk_e75 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e75 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e75 + 0u)])))); \
                             best64_i = pi64; \
                         } \
                     } \
-                    const unsigned int sk_e75 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
-                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e75 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e75 + 0u)])))); \
+                    const unsigned int sk_e76 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
+                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e76 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e76 + 0u)])))); \
                 } \
                 float win = (0.0f); \
                 unsigned int tok32 = 0u; \
@@ -235,8 +235,8 @@
                     /* built by kernels::abi::write_results_as */ \
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e76 = sk_load_x((base + tok_at)); \
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+                        const float sk_e77 = sk_load_x((base + tok_at)); \
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

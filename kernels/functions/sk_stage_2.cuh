@@ -12,14 +12,14 @@
         row_max = sk_block_max_f32(m); \
         mx = row_max; \
     } \
-    const unsigned int sk_e4 = (stage - 1u); \
-    if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) { \
+    const unsigned int sk_e5 = (stage - 1u); \
+    if (((sk_e5 > 0u) && (sk_e5 < (digits + 1u)))) { \
         sk_decide_2(stage, sel_a, parts, slot0, k_first, pp, kk, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask); \
     } \
     if ((stage < (digits + 1u))) { \
         bool in_a = (stage <= sel_a); \
-        const unsigned int sk_e23 = (stage - 1u); \
-        unsigned int digit_pass = (in_a ? sk_e23 : (sk_e23 - sel_a)); \
+        const unsigned int sk_e24 = (stage - 1u); \
+        unsigned int digit_pass = (in_a ? sk_e24 : (sk_e24 - sel_a)); \
         unsigned int shift = (28u - (digit_pass * 4u)); \
         unsigned int cnt_0 = 0; \
         unsigned int cnt_1 = 0; \
@@ -202,16 +202,16 @@
                     } \
                     unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]; \
                     if ((pi64 != 4294967295u)) { \
-                        const unsigned int sk_e29 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
+                        const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
                             /* built by kernels::filters::keep_best */ \
-                            const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))); \
+                            const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)])))); \
                             best64_i = pi64; \
                         } \
                     } \
-                    const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
-                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)])))); \
+                    const unsigned int sk_e32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
+                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e32 + 0u)])))); \
                 } \
                 float win = (0.0f); \
                 unsigned int tok32 = 0u; \
@@ -234,8 +234,8 @@
                 if (((flags & 1u) != 0u)) { \
                     /* built by kernels::abi::write_results_as */ \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e32 = sk_load_x((base + tok_at)); \
-                        logprobs[row] = (valid ? ((sk_e32 > (0.0f)) ? sk_log(sk_e32) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+                        const float sk_e33 = sk_load_x((base + tok_at)); \
+                        logprobs[row] = (valid ? ((sk_e33 > (0.0f)) ? sk_log(sk_e33) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

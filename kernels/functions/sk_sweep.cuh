@@ -75,8 +75,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e395 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e395 ? tn64 : (((lim - sel_m) / (sk_e395 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e396 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e396 ? tn64 : (((lim - sel_m) / (sk_e396 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -136,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e404 = (row * 12u); \
-    if ((((rows[(sk_e404 + 1u)] == 1u) && (rows[(sk_e404 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e405 = (row * 12u); \
+    if ((((rows[(sk_e405 + 1u)] == 1u) && (rows[(sk_e405 + 6u)] == 1u)) && filtered)) { \
         sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -233,8 +233,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e451 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e451 : (zv + sk_e451)) : zv); \
+                            const float sk_e452 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e452 : (zv + sk_e452)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -257,8 +257,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e452 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e452 : (zv + sk_e452)) : zv); \
+                            const float sk_e453 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e453 : (zv + sk_e453)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -281,8 +281,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e453 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e453 : (zv + sk_e453)) : zv); \
+                            const float sk_e454 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e454 : (zv + sk_e454)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -305,8 +305,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e454 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e454 : (zv + sk_e454)) : zv); \
+                            const float sk_e455 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e455 : (zv + sk_e455)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -340,8 +340,8 @@
         /* built by kernels::abi::write_results_as */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e455 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e455) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e455) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e456 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e456) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e456) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

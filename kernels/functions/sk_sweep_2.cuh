@@ -71,8 +71,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e233 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e233 ? tn64 : (((lim - sel_m) / (sk_e233 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e234 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e234 ? tn64 : (((lim - sel_m) / (sk_e234 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -136,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e234 = (row * 12u); \
-    if ((((rows[(sk_e234 + 1u)] == 1u) && (rows[(sk_e234 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e235 = (row * 12u); \
+    if ((((rows[(sk_e235 + 1u)] == 1u) && (rows[(sk_e235 + 6u)] == 1u)) && filtered)) { \
         sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -343,8 +343,8 @@
     if (((flags & 1u) != 0u)) { \
         /* built by kernels::abi::write_results_as */ \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e241 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? ((sk_e241 > (0.0f)) ? sk_log(sk_e241) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e242 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? ((sk_e242 > (0.0f)) ? sk_log(sk_e242) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -16,8 +16,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e134: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e134)) + 1lu), tn64, sk_e134)));
+    let sk_e135: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e135)) + 1lu), tn64, sk_e135)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -27,14 +27,14 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e135: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e135)) + 1lu), tn64, sk_e135)));
+        let sk_e136: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e136)) + 1lu), tn64, sk_e136)));
         t_least = ties;
         sel_m = t_sel_m;
         lim = t_lim;
     }
-    let sk_e136: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
-    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e136 / cut_mx), (1.0f), (sk_e136 == cut_mx)) >= mp));
+    let sk_e137: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e137 / cut_mx), (1.0f), (sk_e137 == cut_mx)) >= mp));
     var t_kept: u32 = select(0u, ties, t_min_p);
     var t_unsure: u32 = (t_kept - select(0u, t_least, t_min_p));
     var t_part: u32 = 0u;
@@ -58,8 +58,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e137: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e137 > best) || ((sk_e137 == best) && (w_i < best_i)))) {
+                    let sk_e138: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e138 > best) || ((sk_e138 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -68,12 +68,12 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e139: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e138: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e139 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e139 + 0u)]))));
-                    if (((sk_e138 > best64) || ((sk_e138 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e140: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e139: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e140 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e140 + 0u)]))));
+                    if (((sk_e139 > best64) || ((sk_e139 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e140: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e140 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e140 + 0u)]))));
+                        let sk_e141: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e141 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e141 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }

@@ -9,8 +9,8 @@ fn sk_clear_3(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         atomicStore(&part_hist[i], 0u);
     }
     var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
-    let sk_e51: u32 = (BLOCK * 4u);
-    var n_padded: u32 = ((((n_cols + sk_e51) - 1u) / sk_e51) * sk_e51);
+    let sk_e52: u32 = (BLOCK * 4u);
+    var n_padded: u32 = ((((n_cols + sk_e52) - 1u) / sk_e52) * sk_e52);
     for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
         // built by kernels::filter_top_k::pad_part
         part_keys[i] = 0u;
@@ -145,8 +145,8 @@ fn sk_clear_3(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            let sk_e100: u32 = (t_near_lo + tj);
-            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e100, 463u)]), (sk_e100 < 464u)), (sk_e100 < t_near_bin)));
+            let sk_e101: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e101, 463u)]), (sk_e101 < 464u)), (sk_e101 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -173,23 +173,23 @@ fn sk_clear_3(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e101: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e101, (n_cols - 1u))], (sk_e101 < n_cols)) >= mr_band)) {
+        let sk_e102: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e102, (n_cols - 1u))], (sk_e102 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e102: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e102, (n_cols - 1u))], (sk_e102 < n_cols)) >= mr_band)) {
+        let sk_e103: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e103, (n_cols - 1u))], (sk_e103 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e103: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e103, (n_cols - 1u))], (sk_e103 < n_cols)) >= mr_band)) {
+        let sk_e104: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e104, (n_cols - 1u))], (sk_e104 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e104: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e104, (n_cols - 1u))], (sk_e104 < n_cols)) >= mr_band)) {
+        let sk_e105: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e105, (n_cols - 1u))], (sk_e105 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -226,20 +226,20 @@ fn sk_clear_3(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e117: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e117, (n_cols - 1u))], (sk_e117 < n_cols)) >= mr_band)) {
+            let sk_e118: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e118, (n_cols - 1u))], (sk_e118 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e118: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e118, (n_cols - 1u))], (sk_e118 < n_cols)) >= mr_band)) {
+            let sk_e119: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e119, (n_cols - 1u))], (sk_e119 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e119: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e119, (n_cols - 1u))], (sk_e119 < n_cols)) >= mr_band)) {
+            let sk_e120: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e120, (n_cols - 1u))], (sk_e120 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e120: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e120, (n_cols - 1u))], (sk_e120 < n_cols)) >= mr_band)) {
+            let sk_e121: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e121, (n_cols - 1u))], (sk_e121 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

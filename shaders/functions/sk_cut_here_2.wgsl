@@ -39,8 +39,8 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                 var max_below_v: f32 = bitcast<f32>(4286578688u);
                 var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
                 var cut_range_from: f32 = (grid_r - cut_hi);
-                let sk_e2: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
+                let sk_e3: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                var cut_guard: f32 = ((((abs((cut_above_from * sk_e3)) + abs((cut_range_from * sk_e3))) + abs(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
                 var cut_x_above: f32 = (((cut_above_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
                 var cut_x_below: f32 = (((cut_range_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
                 var max_below_x: f32 = bitcast<f32>(4286578688u);
@@ -89,9 +89,9 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                 var part_m_range: u64 = 0lu;
                 part_m_range = sk_block_sum_u64(sk_lid, m_range);
                 var part_w_below: f32 = (0.0f);
-                let sk_e82: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                let sk_e81: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e82))) + abs((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
-                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e81), (0.0f), (sk_e81 == bitcast<f32>(4286578688u)))));
+                let sk_e83: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                let sk_e82: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e83))) + abs((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e82), (0.0f), (sk_e82 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
                 part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;
@@ -139,8 +139,8 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                         // built by kernels::filter_top_p::race_tied_range
                         for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
                             var rt_col: u32 = atomicLoad(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]);
-                            let sk_e83: f32 = sk_load_x((base + rt_col));
-                            var rt_z_x: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                            let sk_e84: f32 = sk_load_x((base + rt_col));
+                            var rt_z_x: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
                             var rt_z: f32 = (rt_z_x / temp);
                             var rt_ov: f32 = (rt_z - part_mx);
                             if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {

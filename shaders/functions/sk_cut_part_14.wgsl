@@ -28,8 +28,8 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         var max_below_v: f32 = bitcast<f32>(4286578688u);
         var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
         var cut_range_from: f32 = (grid_r - cut_hi);
-        let sk_e2: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-        var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
+        let sk_e3: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+        var cut_guard: f32 = ((((abs((cut_above_from * sk_e3)) + abs((cut_range_from * sk_e3))) + abs(part_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
         var cut_x_above: f32 = (((cut_above_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
         var cut_x_below: f32 = (((cut_range_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
         var max_below_x: f32 = bitcast<f32>(4286578688u);
@@ -53,28 +53,28 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                 if ((li3 < (col_hi - col_lo))) {
                     // built by kernels::filter_values::read_step
                     var zx_at: u32 = ((base + col_lo) + i0);
-                    let sk_e3: f32 = sk_load_x(zx_at);
-                    zx0 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                    let sk_e4: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                    zx1 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    let sk_e5: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                    zx2 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                    let sk_e6: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                    zx3 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                    let sk_e4: f32 = sk_load_x(zx_at);
+                    zx0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                    let sk_e5: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+                    zx1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                    let sk_e6: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+                    zx2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                    let sk_e7: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    zx3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                 } else {
                     // built by kernels::filter_values::read_step
-                    let sk_e8: u32 = (col_hi - col_lo);
-                    let sk_e7: f32 = sk_load_x(((base + col_lo) + select((sk_e8 - 1u), li0, (li0 < sk_e8))));
-                    zx0 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                    let sk_e10: u32 = (col_hi - col_lo);
-                    let sk_e9: f32 = sk_load_x(((base + col_lo) + select((sk_e10 - 1u), li1, (li1 < sk_e10))));
-                    zx1 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
-                    let sk_e12: u32 = (col_hi - col_lo);
-                    let sk_e11: f32 = sk_load_x(((base + col_lo) + select((sk_e12 - 1u), li2, (li2 < sk_e12))));
-                    zx2 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
-                    let sk_e14: u32 = (col_hi - col_lo);
-                    let sk_e13: f32 = sk_load_x(((base + col_lo) + select((sk_e14 - 1u), li3, (li3 < sk_e14))));
-                    zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                    let sk_e9: u32 = (col_hi - col_lo);
+                    let sk_e8: f32 = sk_load_x(((base + col_lo) + select((sk_e9 - 1u), li0, (li0 < sk_e9))));
+                    zx0 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                    let sk_e11: u32 = (col_hi - col_lo);
+                    let sk_e10: f32 = sk_load_x(((base + col_lo) + select((sk_e11 - 1u), li1, (li1 < sk_e11))));
+                    zx1 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                    let sk_e13: u32 = (col_hi - col_lo);
+                    let sk_e12: f32 = sk_load_x(((base + col_lo) + select((sk_e13 - 1u), li2, (li2 < sk_e13))));
+                    zx2 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                    let sk_e15: u32 = (col_hi - col_lo);
+                    let sk_e14: f32 = sk_load_x(((base + col_lo) + select((sk_e15 - 1u), li3, (li3 < sk_e15))));
+                    zx3 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
                 }
                 if ((li0 < (col_hi - col_lo))) {
                     sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
@@ -99,9 +99,9 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         var part_m_range: u64 = 0lu;
         part_m_range = sk_block_sum_u64(sk_lid, m_range);
         var part_w_below: f32 = (0.0f);
-        let sk_e82: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-        let sk_e81: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e82))) + abs((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
-        part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e81), (0.0f), (sk_e81 == bitcast<f32>(4286578688u)))));
+        let sk_e83: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+        let sk_e82: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e83))) + abs((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+        part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e82), (0.0f), (sk_e82 == bitcast<f32>(4286578688u)))));
         var part_min_above_not: u32 = 0u;
         part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
         var part_min_range_not: u32 = 0u;
@@ -149,8 +149,8 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                 // built by kernels::filter_top_p::race_tied_range
                 for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
                     var rt_col: u32 = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))];
-                    let sk_e83: f32 = sk_load_x((base + rt_col));
-                    var rt_z_x: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                    let sk_e84: f32 = sk_load_x((base + rt_col));
+                    var rt_z_x: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
                     var rt_z: f32 = (rt_z_x / temp);
                     var rt_ov: f32 = (rt_z - part_mx);
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {
@@ -159,8 +159,8 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                         } else {
                             // built by kernels::filter_top_k::race_one
                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            let sk_e85: u32 = (rt_col & 3u);
-                            var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e85 == 1u)), w4[2], (sk_e85 == 2u)), w4[3], (sk_e85 == 3u))));
+                            let sk_e86: u32 = (rt_col & 3u);
+                            var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e86 == 1u)), w4[2], (sk_e86 == 2u)), w4[3], (sk_e86 == 3u))));
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
                                 bestr = score;
@@ -184,28 +184,28 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     if ((li3 < (col_hi - col_lo))) {
                         // built by kernels::filter_values::read_step
                         var zx_at: u32 = ((base + col_lo) + i0);
-                        let sk_e86: f32 = sk_load_x(zx_at);
-                        zx0 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
-                        let sk_e87: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                        zx1 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
-                        let sk_e88: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                        zx2 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
-                        let sk_e89: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                        zx3 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
+                        let sk_e87: f32 = sk_load_x(zx_at);
+                        zx0 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
+                        let sk_e88: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx1 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
+                        let sk_e89: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx2 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
+                        let sk_e90: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+                        zx3 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::filter_values::read_step
-                        let sk_e91: u32 = (col_hi - col_lo);
-                        let sk_e90: f32 = sk_load_x(((base + col_lo) + select((sk_e91 - 1u), li0, (li0 < sk_e91))));
-                        zx0 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
-                        let sk_e93: u32 = (col_hi - col_lo);
-                        let sk_e92: f32 = sk_load_x(((base + col_lo) + select((sk_e93 - 1u), li1, (li1 < sk_e93))));
-                        zx1 = select(sk_e92, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e92) & 2147483647u) > 2139095040u));
-                        let sk_e95: u32 = (col_hi - col_lo);
-                        let sk_e94: f32 = sk_load_x(((base + col_lo) + select((sk_e95 - 1u), li2, (li2 < sk_e95))));
-                        zx2 = select(sk_e94, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e94) & 2147483647u) > 2139095040u));
-                        let sk_e97: u32 = (col_hi - col_lo);
-                        let sk_e96: f32 = sk_load_x(((base + col_lo) + select((sk_e97 - 1u), li3, (li3 < sk_e97))));
-                        zx3 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
+                        let sk_e92: u32 = (col_hi - col_lo);
+                        let sk_e91: f32 = sk_load_x(((base + col_lo) + select((sk_e92 - 1u), li0, (li0 < sk_e92))));
+                        zx0 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
+                        let sk_e94: u32 = (col_hi - col_lo);
+                        let sk_e93: f32 = sk_load_x(((base + col_lo) + select((sk_e94 - 1u), li1, (li1 < sk_e94))));
+                        zx1 = select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u));
+                        let sk_e96: u32 = (col_hi - col_lo);
+                        let sk_e95: f32 = sk_load_x(((base + col_lo) + select((sk_e96 - 1u), li2, (li2 < sk_e96))));
+                        zx2 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
+                        let sk_e98: u32 = (col_hi - col_lo);
+                        let sk_e97: f32 = sk_load_x(((base + col_lo) + select((sk_e98 - 1u), li3, (li3 < sk_e98))));
+                        zx3 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                     }
                     if ((li0 < (col_hi - col_lo))) {
                         sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);

@@ -30,14 +30,14 @@ fn sk_cut_part_19(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, cut_grid_shi
             zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
         } else {
             // built by kernels::filter_values::read_step
-            let sk_e2: u32 = (col_hi - col_lo);
-            zx0 = sk_load_x(((base + col_lo) + select((sk_e2 - 1u), li0, (li0 < sk_e2))));
             let sk_e3: u32 = (col_hi - col_lo);
-            zx1 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li1, (li1 < sk_e3))));
+            zx0 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li0, (li0 < sk_e3))));
             let sk_e4: u32 = (col_hi - col_lo);
-            zx2 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li2, (li2 < sk_e4))));
+            zx1 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li1, (li1 < sk_e4))));
             let sk_e5: u32 = (col_hi - col_lo);
-            zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
+            zx2 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li2, (li2 < sk_e5))));
+            let sk_e6: u32 = (col_hi - col_lo);
+            zx3 = sk_load_x(((base + col_lo) + select((sk_e6 - 1u), li3, (li3 < sk_e6))));
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step

@@ -227,8 +227,8 @@ fn sk_digit_counts_3(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
         // built by kernels::filters::select_step
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e2: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e2)) + 1lu), tn64, sk_e2)));
+        let sk_e3: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e3)) + 1lu), tn64, sk_e3)));
         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
         sel_key = 0u;
         sel_mask = 0u;

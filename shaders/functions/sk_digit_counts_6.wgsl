@@ -20,8 +20,8 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e377: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e377, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e377) & 2147483647u) > 2139095040u));
+            let sk_e378: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e378, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e378) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));

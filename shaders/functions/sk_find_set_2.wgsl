@@ -18,8 +18,8 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e0: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e0 - sel_a), sk_e0, in_a);
+    let sk_e1: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e1 - sel_a), sk_e1, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -143,8 +143,8 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e1: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e2: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -18,8 +18,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: vec2<u32> = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e8: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e8 - sel_a), sk_e8, in_a);
+    let sk_e9: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e9 - sel_a), sk_e9, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -70,8 +70,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e17: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+            let sk_e18: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -95,8 +95,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e18: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+            let sk_e19: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -136,8 +136,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = sk_add64(mass_before, bucket_masses[v]);
                 }
             }
-            let sk_e19: u32 = (before + 1u);
-            if ((((before < kk) && !sk_lt64(lim, mass_before)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && !sk_lt64(lim, sk_add64(mass_before, mt))))))) {
+            let sk_e20: u32 = (before + 1u);
+            if ((((before < kk) && !sk_lt64(lim, mass_before)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && !sk_lt64(lim, sk_add64(mass_before, mt))))))) {
                 found_key = kt;
                 found_col = ct;
             }

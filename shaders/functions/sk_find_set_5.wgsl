@@ -18,8 +18,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e230: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e230 - sel_a), sk_e230, in_a);
+    let sk_e231: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e231 - sel_a), sk_e231, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -138,8 +138,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e231: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e231 == (sel_n + min(sel_tn, 64u))) || (!((sk_e231 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e232: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e232 == (sel_n + min(sel_tn, 64u))) || (!((sk_e232 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

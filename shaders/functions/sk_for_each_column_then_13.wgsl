@@ -7,10 +7,10 @@ fn sk_for_each_column_then_13(c0: u32, col_hi: u32, base: u32, temp: f32, row: u
     // built by kernels::abi::for_each_column_then
     var col: u32 = (c0 + sk_c0);
     if ((col < col_hi)) {
-        let sk_e42: f32 = sk_load_x((base + col));
-        var rz: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
-        let sk_e43: u32 = (row * 12u);
-        var rh: u32 = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
+        let sk_e43: f32 = sk_load_x((base + col));
+        var rz: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
+        let sk_e44: u32 = (row * 12u);
+        var rh: u32 = sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col);
         if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
             // built by kernels::seeded::seeded_logits_finish
             var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -19,15 +19,15 @@ fn sk_for_each_column_then_13(c0: u32, col_hi: u32, base: u32, temp: f32, row: u
             var sv32: f32 = (select((0.0f), rz, finite) + g32);
             var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
             if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                let sk_e45: f32 = sk_load_x((base + col));
-                let sk_e44: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
-                var p: f32 = (select(select(sk_exp((sk_e44 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e44 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                let sk_e46: f32 = sk_load_x((base + col));
+                let sk_e45: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
+                var p: f32 = (select(select(sk_exp((sk_e45 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e45 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                 var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                 var s64: f64 = lp;
                 if (noisy) {
                     // built by kernels::seeded::score64
-                    let sk_e46: u32 = (row * 12u);
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
+                    let sk_e47: u32 = (row * 12u);
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col)));
                 }
                 if (((s64 > best) || (best_i == 4294967295u))) {
                     // built by kernels::seeded::keep_best

@@ -36,14 +36,14 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
         if (noisy) {
             // built by kernels::race::screened_pass
             if ((sk_lid == 0u)) {
-                let sk_e0: u32 = (row * 12u);
-                race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
                 let sk_e1: u32 = (row * 12u);
-                race_key[1u] = ((3449720151u * rows[(sk_e1 + 10u)]) ^ (rows[(sk_e1 + 8u)] + 2654435769u));
+                race_key[0u] = (rows[(sk_e1 + 11u)] ^ rows[(sk_e1 + 9u)]);
                 let sk_e2: u32 = (row * 12u);
-                race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e2 + 10u)]) ^ rows[(sk_e2 + 8u)])) ^ (rows[(sk_e2 + 9u)] + 3144134277u));
+                race_key[1u] = ((3449720151u * rows[(sk_e2 + 10u)]) ^ (rows[(sk_e2 + 8u)] + 2654435769u));
                 let sk_e3: u32 = (row * 12u);
-                race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)]));
+                race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)])) ^ (rows[(sk_e3 + 9u)] + 3144134277u));
+                let sk_e4: u32 = (row * 12u);
+                race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e4 + 10u)]) ^ rows[(sk_e4 + 8u)]));
                 race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
                 race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
                 race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
@@ -71,9 +71,9 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_11(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_10(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -124,9 +124,9 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_11(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_10(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -163,11 +163,11 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
             var screen_floor: f32 = (0.0f);
             screen_floor = sk_block_max_f32(sk_lid, lo_best);
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                let sk_e36: f32 = sk_load_x((base + up1_i));
-                var sv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
-                let sk_e37: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                let sk_e38: u32 = (up1_i & 3u);
-                best = (sv + sk_gumbel(select(select(select(sk_e37[3], sk_e37[2], (sk_e38 == 2u)), sk_e37[1], (sk_e38 == 1u)), sk_e37[0], (sk_e38 == 0u))));
+                let sk_e37: f32 = sk_load_x((base + up1_i));
+                var sv: f32 = (select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)) / temp);
+                let sk_e38: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                let sk_e39: u32 = (up1_i & 3u);
+                best = (sv + sk_gumbel(select(select(select(sk_e38[3], sk_e38[2], (sk_e39 == 2u)), sk_e38[1], (sk_e39 == 1u)), sk_e38[0], (sk_e39 == 0u))));
                 best_i = up1_i;
                 best_z = sv;
             }
@@ -180,16 +180,16 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::abi::for_each_column_then
                     {
-                        sk_for_each_column_then_4(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z);
+                        sk_for_each_column_then_14(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        sk_for_each_column_then_4(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z);
+                        sk_for_each_column_then_14(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        sk_for_each_column_then_4(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z);
+                        sk_for_each_column_then_14(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        sk_for_each_column_then_4(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z);
+                        sk_for_each_column_then_14(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                 }
             }
@@ -203,9 +203,9 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_11(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_10(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
                     sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
@@ -250,8 +250,8 @@ fn sk_for_each_row_part_at(sk_lid: u32, slot: u32, parts: u32) {
                 var row_sum: f32 = (0.0f);
                 row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 if ((sk_lid == 0u)) {
-                    let sk_e71: f32 = sk_load_x((base + tok));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                    let sk_e72: f32 = sk_load_x((base + tok));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }
         } else {

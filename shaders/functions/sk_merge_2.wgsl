@@ -10,18 +10,18 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e145: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e145 + 3u)]), atomicLoad(&partials[(sk_e145 + 4u)]));
-        let sk_e147: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e146: f32 = select((sk_e147 / row_m), (1.0f), (sk_e147 == row_m));
-        if (((mo_lk != 0u) && ((sk_e146 > (0.0f)) && (sk_e146 >= mp)))) {
+        let sk_e146: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e146 + 3u)]), atomicLoad(&partials[(sk_e146 + 4u)]));
+        let sk_e148: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e147: f32 = select((sk_e148 / row_m), (1.0f), (sk_e148 == row_m));
+        if (((mo_lk != 0u) && ((sk_e147 > (0.0f)) && (sk_e147 >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e148: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e148 + 1u)] == 1u) && (rows[(sk_e148 + 6u)] == 1u))))) {
+    let sk_e149: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e149 + 1u)] == 1u) && (rows[(sk_e149 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -35,12 +35,12 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e149: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e149) && (sk_e149 != 4294967295u))) {
-                let sk_e150: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e150 ^ ((bitcast<u32>((bitcast<i32>(sk_e150) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e151: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                if (((sk_e151 > (0.0f)) && (sk_e151 >= mp))) {
+            let sk_e150: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e150) && (sk_e150 != 4294967295u))) {
+                let sk_e151: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e151 ^ ((bitcast<u32>((bitcast<i32>(sk_e151) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e152: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                if (((sk_e152 > (0.0f)) && (sk_e152 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row_3(mo_z, noisy, row, mo_col, &best64, &best64_i);
@@ -51,12 +51,12 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e155: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e154: u32 = (sk_e155 + 7u);
-            if (((atomicLoad(&partials[(sk_e155 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e154]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e154])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e154]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e154])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e154]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e154])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e154]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e154])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
-                let sk_e157: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e156: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e157 + 5u)]));
-                if (((sk_e156 > best) || ((sk_e156 == best) && (atomicLoad(&partials[(sk_e157 + 6u)]) < best_i)))) {
+            let sk_e156: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e155: u32 = (sk_e156 + 7u);
+            if (((atomicLoad(&partials[(sk_e156 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
+                let sk_e158: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e157: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e158 + 5u)]));
+                if (((sk_e157 > best) || ((sk_e157 == best) && (atomicLoad(&partials[(sk_e158 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -65,10 +65,10 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e160: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e158: u32 = (sk_e160 + 7u);
-            let sk_e159: u32 = (sk_e160 + 0u);
-            if ((((atomicLoad(&partials[(sk_e160 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e159])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e159])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e159])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e159])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e158]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e158])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e158]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e158])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e158]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e158])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e158]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e158])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
+            let sk_e161: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e159: u32 = (sk_e161 + 7u);
+            let sk_e160: u32 = (sk_e161 + 0u);
+            if ((((atomicLoad(&partials[(sk_e161 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e160])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e160])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e160])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e160])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);

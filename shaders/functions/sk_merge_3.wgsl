@@ -10,21 +10,21 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e207: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e207 + 3u)]), atomicLoad(&partials[(sk_e207 + 4u)]));
-        let sk_e210: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e208: f32 = select((0.0f), (1.0f), (sk_e210 == bitcast<f32>(2139095040u)));
-        let sk_e209: f32 = (sk_e210 - row_m);
-        let sk_e211: bool = (row_m == bitcast<f32>(4286578688u));
-        let sk_e212: bool = (row_m == bitcast<f32>(2139095040u));
-        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e209), (0.0f), sk_e211), sk_e208, sk_e212) > (0.0f)) && (select(select(sk_exp(sk_e209), (0.0f), sk_e211), sk_e208, sk_e212) >= mp)))) {
+        let sk_e208: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e208 + 3u)]), atomicLoad(&partials[(sk_e208 + 4u)]));
+        let sk_e211: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e209: f32 = select((0.0f), (1.0f), (sk_e211 == bitcast<f32>(2139095040u)));
+        let sk_e210: f32 = (sk_e211 - row_m);
+        let sk_e212: bool = (row_m == bitcast<f32>(4286578688u));
+        let sk_e213: bool = (row_m == bitcast<f32>(2139095040u));
+        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e210), (0.0f), sk_e212), sk_e209, sk_e213) > (0.0f)) && (select(select(sk_exp(sk_e210), (0.0f), sk_e212), sk_e209, sk_e213) >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e213: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e213 + 1u)] == 1u) && (rows[(sk_e213 + 6u)] == 1u))))) {
+    let sk_e214: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e214 + 1u)] == 1u) && (rows[(sk_e214 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -38,12 +38,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e214: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e214) && (sk_e214 != 4294967295u))) {
-                let sk_e215: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e215 ^ ((bitcast<u32>((bitcast<i32>(sk_e215) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e216: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                if (((sk_e216 > (0.0f)) && (sk_e216 >= mp))) {
+            let sk_e215: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e215) && (sk_e215 != 4294967295u))) {
+                let sk_e216: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e216 ^ ((bitcast<u32>((bitcast<i32>(sk_e216) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e217: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                if (((sk_e217 > (0.0f)) && (sk_e217 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -54,14 +54,14 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e220: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e219: u32 = (sk_e220 + 7u);
-            let sk_e221: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e222: bool = (row_m == bitcast<f32>(2139095040u));
-            if (((atomicLoad(&partials[(sk_e220 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e219]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e219])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e221), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e219]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e219])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e222) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e219]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e219])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e221), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e219]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e219])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e222) >= mp)))) {
-                let sk_e224: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e223: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e224 + 5u)]));
-                if (((sk_e223 > best) || ((sk_e223 == best) && (atomicLoad(&partials[(sk_e224 + 6u)]) < best_i)))) {
+            let sk_e221: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e220: u32 = (sk_e221 + 7u);
+            let sk_e222: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e223: bool = (row_m == bitcast<f32>(2139095040u));
+            if (((atomicLoad(&partials[(sk_e221 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e222), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e223) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e222), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e223) >= mp)))) {
+                let sk_e225: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e224: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e225 + 5u)]));
+                if (((sk_e224 > best) || ((sk_e224 == best) && (atomicLoad(&partials[(sk_e225 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -70,12 +70,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e227: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e225: u32 = (sk_e227 + 7u);
-            let sk_e226: u32 = (sk_e227 + 0u);
-            let sk_e228: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e229: bool = (row_m == bitcast<f32>(2139095040u));
-            if ((((atomicLoad(&partials[(sk_e227 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e226])) - row_m)), (0.0f), sk_e228), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e226])) == bitcast<f32>(2139095040u))), sk_e229) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e226])) - row_m)), (0.0f), sk_e228), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e226])) == bitcast<f32>(2139095040u))), sk_e229) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e225]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e225])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e228), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e225]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e225])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e229) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e225]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e225])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e228), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e225]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e225])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e229) >= mp))))) {
+            let sk_e228: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e226: u32 = (sk_e228 + 7u);
+            let sk_e227: u32 = (sk_e228 + 0u);
+            let sk_e229: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e230: bool = (row_m == bitcast<f32>(2139095040u));
+            if ((((atomicLoad(&partials[(sk_e228 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e227])) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e227])) == bitcast<f32>(2139095040u))), sk_e230) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e227])) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e227])) == bitcast<f32>(2139095040u))), sk_e230) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e230) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e230) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);

@@ -10,8 +10,8 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
             atomicStore(&part_hist[i], 0u);
         }
         var n_cols: u32 = (col_hi - col_lo);
-        let sk_e2: u32 = (BLOCK * 4u);
-        var n_padded: u32 = ((((n_cols + sk_e2) - 1u) / sk_e2) * sk_e2);
+        let sk_e3: u32 = (BLOCK * 4u);
+        var n_padded: u32 = ((((n_cols + sk_e3) - 1u) / sk_e3) * sk_e3);
         for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
             // built by kernels::filter_top_k::pad_part
             part_keys[i] = 2147483648u;
@@ -40,14 +40,14 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
                 zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
             } else {
                 // built by kernels::filter_values::read_step
-                let sk_e3: bool = (li0 < n_cols);
-                zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e3))), sk_e3);
-                let sk_e4: bool = (li1 < n_cols);
-                zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e4))), sk_e4);
-                let sk_e5: bool = (li2 < n_cols);
-                zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e5))), sk_e5);
-                let sk_e6: bool = (li3 < n_cols);
-                zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e6))), sk_e6);
+                let sk_e4: bool = (li0 < n_cols);
+                zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e4))), sk_e4);
+                let sk_e5: bool = (li1 < n_cols);
+                zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e5))), sk_e5);
+                let sk_e6: bool = (li2 < n_cols);
+                zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e6))), sk_e6);
+                let sk_e7: bool = (li3 < n_cols);
+                zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e7))), sk_e7);
             }
             {
                 sk_read_step_37(zx0, li0, n_cols, &m);
@@ -111,8 +111,8 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
             atomicStore(&part_hist[i], 0u);
         }
         var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
-        let sk_e7: u32 = (BLOCK * 4u);
-        var n_padded: u32 = ((((n_cols + sk_e7) - 1u) / sk_e7) * sk_e7);
+        let sk_e8: u32 = (BLOCK * 4u);
+        var n_padded: u32 = ((((n_cols + sk_e8) - 1u) / sk_e8) * sk_e8);
         for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
             // built by kernels::filter_top_k::pad_part
             part_keys[i] = 0u;
@@ -137,14 +137,14 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
                 zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
             } else {
                 // built by kernels::filter_values::read_step
-                let sk_e8: bool = (li0 < n_cols);
-                zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e8))), sk_e8);
-                let sk_e9: bool = (li1 < n_cols);
-                zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e9))), sk_e9);
-                let sk_e10: bool = (li2 < n_cols);
-                zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e10))), sk_e10);
-                let sk_e11: bool = (li3 < n_cols);
-                zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e11))), sk_e11);
+                let sk_e9: bool = (li0 < n_cols);
+                zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e9))), sk_e9);
+                let sk_e10: bool = (li1 < n_cols);
+                zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e10))), sk_e10);
+                let sk_e11: bool = (li2 < n_cols);
+                zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e11))), sk_e11);
+                let sk_e12: bool = (li3 < n_cols);
+                zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e12))), sk_e12);
             }
             {
                 sk_read_step_36(zx0, li0, n_cols, &m);
@@ -200,8 +200,8 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
             var t_near: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
                 // built by kernels::select::count_nearer
-                let sk_e12: u32 = (t_near_lo + tj);
-                t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e12, 463u)]), (sk_e12 < 464u)), (sk_e12 < t_near_bin)));
+                let sk_e13: u32 = (t_near_lo + tj);
+                t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e13, 463u)]), (sk_e13 < 464u)), (sk_e13 < t_near_bin)));
             }
             var t_near_sum: u32 = 0u;
             t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -228,23 +228,23 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
             var mr_quads: u32 = ((n_cols + 3u) >> 2u);
             var mr_q0: u32 = sk_lid;
             mr_in = 0u;
-            let sk_e13: u32 = ((mr_q0 * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e13, (n_cols - 1u))], (sk_e13 < n_cols)) >= mr_band)) {
+            let sk_e14: u32 = ((mr_q0 * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e14, (n_cols - 1u))], (sk_e14 < n_cols)) >= mr_band)) {
                 // built by kernels::filter_min_p::race_part
                 mr_in = (mr_in | 1u);
             }
-            let sk_e14: u32 = ((mr_q0 * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e14, (n_cols - 1u))], (sk_e14 < n_cols)) >= mr_band)) {
+            let sk_e15: u32 = ((mr_q0 * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e15, (n_cols - 1u))], (sk_e15 < n_cols)) >= mr_band)) {
                 // built by kernels::filter_min_p::race_part
                 mr_in = (mr_in | 2u);
             }
-            let sk_e15: u32 = ((mr_q0 * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e15, (n_cols - 1u))], (sk_e15 < n_cols)) >= mr_band)) {
+            let sk_e16: u32 = ((mr_q0 * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e16, (n_cols - 1u))], (sk_e16 < n_cols)) >= mr_band)) {
                 // built by kernels::filter_min_p::race_part
                 mr_in = (mr_in | 4u);
             }
-            let sk_e16: u32 = ((mr_q0 * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e16, (n_cols - 1u))], (sk_e16 < n_cols)) >= mr_band)) {
+            let sk_e17: u32 = ((mr_q0 * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e17, (n_cols - 1u))], (sk_e17 < n_cols)) >= mr_band)) {
                 // built by kernels::filter_min_p::race_part
                 mr_in = (mr_in | 8u);
             }
@@ -281,20 +281,20 @@ fn sk_parts_kernel(sk_lid: u32, top_p_cut: bool, col_hi: u32, col_lo: u32, base:
             for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
                 // built by kernels::filter_min_p::race_part
                 mr_in = 0u;
-                let sk_e25: u32 = ((mr_q * 4u) + 0u);
-                if ((select(0u, part_keys[min(sk_e25, (n_cols - 1u))], (sk_e25 < n_cols)) >= mr_band)) {
+                let sk_e26: u32 = ((mr_q * 4u) + 0u);
+                if ((select(0u, part_keys[min(sk_e26, (n_cols - 1u))], (sk_e26 < n_cols)) >= mr_band)) {
                     mr_in = (mr_in | 1u);
                 }
-                let sk_e26: u32 = ((mr_q * 4u) + 1u);
-                if ((select(0u, part_keys[min(sk_e26, (n_cols - 1u))], (sk_e26 < n_cols)) >= mr_band)) {
+                let sk_e27: u32 = ((mr_q * 4u) + 1u);
+                if ((select(0u, part_keys[min(sk_e27, (n_cols - 1u))], (sk_e27 < n_cols)) >= mr_band)) {
                     mr_in = (mr_in | 2u);
                 }
-                let sk_e27: u32 = ((mr_q * 4u) + 2u);
-                if ((select(0u, part_keys[min(sk_e27, (n_cols - 1u))], (sk_e27 < n_cols)) >= mr_band)) {
+                let sk_e28: u32 = ((mr_q * 4u) + 2u);
+                if ((select(0u, part_keys[min(sk_e28, (n_cols - 1u))], (sk_e28 < n_cols)) >= mr_band)) {
                     mr_in = (mr_in | 4u);
                 }
-                let sk_e28: u32 = ((mr_q * 4u) + 3u);
-                if ((select(0u, part_keys[min(sk_e28, (n_cols - 1u))], (sk_e28 < n_cols)) >= mr_band)) {
+                let sk_e29: u32 = ((mr_q * 4u) + 3u);
+                if ((select(0u, part_keys[min(sk_e29, (n_cols - 1u))], (sk_e29 < n_cols)) >= mr_band)) {
                     mr_in = (mr_in | 8u);
                 }
                 if ((mr_in != 0u)) {

@@ -31,8 +31,8 @@ fn sk_place_cut_4(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f
                     var ef_atu: u32 = u32(ef_at);
                     var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                     part_keys[g] = (part_keys[g] + ef_n);
-                    let sk_e45: u32 = (1024u + g);
-                    part_keys[sk_e45] = max(part_keys[sk_e45], ef_n);
+                    let sk_e47: u32 = (1024u + g);
+                    part_keys[sk_e47] = max(part_keys[sk_e47], ef_n);
                 }
             }
         }
@@ -42,15 +42,15 @@ fn sk_place_cut_4(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f
         // built by kernels::filter_top_p::place_cut
         var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
         var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 14u)));
-        let sk_e46: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
-        var ef_w: f32 = (f32(part_keys[g]) * select((sk_e46 / row_m), (1.0f), (sk_e46 == row_m)));
+        let sk_e48: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
+        var ef_w: f32 = (f32(part_keys[g]) * select((sk_e48 / row_m), (1.0f), (sk_e48 == row_m)));
         part_keys[(2048u + g)] = bitcast<u32>(ef_w);
         ef_own_w = (ef_own_w + ef_w);
     }
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
         // built by kernels::filter_top_p::place_cut
-        let sk_e47: u32 = (2048u + g);
-        part_keys[sk_e47] = u32((bitcast<f32>(part_keys[sk_e47]) * ec_unit));
+        let sk_e49: u32 = (2048u + g);
+        part_keys[sk_e49] = u32((bitcast<f32>(part_keys[sk_e49]) * ec_unit));
     }
     var ef_m_own: u32 = 0u;
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -98,8 +98,8 @@ fn sk_place_cut_4(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
         // built by kernels::filter_top_p::crossing
         var ef_n_x: u32 = part_keys[(0u + g)];
-        let sk_e48: u32 = (kk - 1u);
-        if ((((kk < params.vocab) && (ef_n_cum <= sk_e48)) && ((ef_n_cum + ef_n_x) > sk_e48))) {
+        let sk_e50: u32 = (kk - 1u);
+        if ((((kk < params.vocab) && (ef_n_cum <= sk_e50)) && ((ef_n_cum + ef_n_x) > sk_e50))) {
             ef_n_first = max(ef_n_first, (1024u - g));
             ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
             ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));

@@ -29,8 +29,8 @@ fn sk_read_step_20(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched
         }
         kept = in_set;
     }
-    let sk_e55: u32 = (base + col);
-    out[sk_e55] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e55), kept);
+    let sk_e56: u32 = (base + col);
+    out[sk_e56] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e56), kept);
     *sk_io_all_mass = all_mass;
     *sk_io_tie_rank = tie_rank;
 }

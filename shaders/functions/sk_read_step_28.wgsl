@@ -8,14 +8,14 @@ fn sk_read_step_28(base: u32, col_lo: u32, c0: u32, sk_io_zx0: ptr<function, f32
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
     var zx_at: u32 = ((base + col_lo) + c0);
-    let sk_e41: f32 = sk_load_x(zx_at);
-    zx0 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
-    let sk_e42: f32 = sk_load_x((zx_at + 1u));
-    zx1 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
-    let sk_e43: f32 = sk_load_x((zx_at + 2u));
-    zx2 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
-    let sk_e44: f32 = sk_load_x((zx_at + 3u));
-    zx3 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+    let sk_e42: f32 = sk_load_x(zx_at);
+    zx0 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
+    let sk_e43: f32 = sk_load_x((zx_at + 1u));
+    zx1 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+    let sk_e44: f32 = sk_load_x((zx_at + 2u));
+    zx2 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+    let sk_e45: f32 = sk_load_x((zx_at + 3u));
+    zx3 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

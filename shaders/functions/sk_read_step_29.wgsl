@@ -23,8 +23,8 @@ fn sk_read_step_29(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched
         var s64: f64 = f64(ov);
         if (noisy) {
             // built by kernels::seeded::score64
-            let sk_e57: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col)));
+            let sk_e58: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
         }
         if (((s64 > best64) || (best64_i == 4294967295u))) {
             // built by kernels::filters::keep_best

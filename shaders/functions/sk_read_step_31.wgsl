@@ -23,8 +23,8 @@ fn sk_read_step_31(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, 
         var s64: f64 = sk_log64(f64(zv));
         if (noisy) {
             // built by kernels::seeded::score64
-            let sk_e25: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
+            let sk_e26: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
         }
         if (((s64 > best64) || (best64_i == 4294967295u))) {
             // built by kernels::filters::keep_best

@@ -7,14 +7,14 @@ fn sk_read_step_39(base: u32, col_lo: u32, li0: u32, sweep_n: u32, li1: u32, li2
     var zx2: f32 = *sk_io_zx2;
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
-    let sk_e361: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
-    zx0 = select(sk_e361, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e361) & 2147483647u) > 2139095040u));
-    let sk_e362: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
-    zx1 = select(sk_e362, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e362) & 2147483647u) > 2139095040u));
-    let sk_e363: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
-    zx2 = select(sk_e363, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e363) & 2147483647u) > 2139095040u));
-    let sk_e364: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
-    zx3 = select(sk_e364, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e364) & 2147483647u) > 2139095040u));
+    let sk_e362: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+    zx0 = select(sk_e362, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e362) & 2147483647u) > 2139095040u));
+    let sk_e363: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+    zx1 = select(sk_e363, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e363) & 2147483647u) > 2139095040u));
+    let sk_e364: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+    zx2 = select(sk_e364, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e364) & 2147483647u) > 2139095040u));
+    let sk_e365: f32 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+    zx3 = select(sk_e365, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e365) & 2147483647u) > 2139095040u));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

@@ -8,14 +8,14 @@ fn sk_read_step_40(base: u32, col_lo: u32, c0: u32, sk_io_zx0: ptr<function, f32
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
     var zx_at: u32 = ((base + col_lo) + c0);
-    let sk_e378: f32 = sk_load_x(zx_at);
-    zx0 = select(sk_e378, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e378) & 2147483647u) > 2139095040u));
-    let sk_e379: f32 = sk_load_x((zx_at + 1u));
-    zx1 = select(sk_e379, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e379) & 2147483647u) > 2139095040u));
-    let sk_e380: f32 = sk_load_x((zx_at + 2u));
-    zx2 = select(sk_e380, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e380) & 2147483647u) > 2139095040u));
-    let sk_e381: f32 = sk_load_x((zx_at + 3u));
-    zx3 = select(sk_e381, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e381) & 2147483647u) > 2139095040u));
+    let sk_e379: f32 = sk_load_x(zx_at);
+    zx0 = select(sk_e379, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e379) & 2147483647u) > 2139095040u));
+    let sk_e380: f32 = sk_load_x((zx_at + 1u));
+    zx1 = select(sk_e380, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e380) & 2147483647u) > 2139095040u));
+    let sk_e381: f32 = sk_load_x((zx_at + 2u));
+    zx2 = select(sk_e381, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e381) & 2147483647u) > 2139095040u));
+    let sk_e382: f32 = sk_load_x((zx_at + 3u));
+    zx3 = select(sk_e382, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e382) & 2147483647u) > 2139095040u));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

@@ -6,13 +6,13 @@ fn sk_read_step_50(zx0: f32, row_m: f32, mp: f32, col_lo: u32, li0: u32, pk_off_
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_values::read_step
     var rr_v: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    let sk_e165: f32 = select((rr_v / row_m), (1.0f), (rr_v == row_m));
-    if (((sk_e165 > (0.0f)) && (sk_e165 >= mp))) {
+    let sk_e166: f32 = select((rr_v / row_m), (1.0f), (rr_v == row_m));
+    if (((sk_e166 > (0.0f)) && (sk_e166 >= mp))) {
         // built by kernels::filter_min_p::rerace
         var rr_col: u32 = (col_lo + li0);
         var w4: vec4<u32> = sk_philox(vec4<u32>(((rr_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e166: u32 = (rr_col & 3u);
-        var score: f32 = (rr_v / sk_exponential(select(select(select(w4[0], w4[1], (sk_e166 == 1u)), w4[2], (sk_e166 == 2u)), w4[3], (sk_e166 == 3u))));
+        let sk_e167: u32 = (rr_col & 3u);
+        var score: f32 = (rr_v / sk_exponential(select(select(select(w4[0], w4[1], (sk_e167 == 1u)), w4[2], (sk_e167 == 2u)), w4[3], (sk_e167 == 3u))));
         if (((score > best) || ((score == best) && (rr_col < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;

@@ -8,8 +8,8 @@ fn sk_read_step_52(zx0: f32, cut_grid_shift: u32, cut_range_from: u32, cut_above
     var bestr_i: u32 = *sk_io_bestr_i;
     // built by kernels::filter_values::read_step
     var rt_z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    let sk_e72: u32 = (bitcast<u32>(rt_z) >> (23u - cut_grid_shift));
-    if (((sk_e72 >= cut_range_from) && (!(sk_e72 >= cut_above_from)))) {
+    let sk_e73: u32 = (bitcast<u32>(rt_z) >> (23u - cut_grid_shift));
+    if (((sk_e73 >= cut_range_from) && (!(sk_e73 >= cut_above_from)))) {
         // built by kernels::filter_top_p::race_tied_range
         var rt_ov: f32 = rt_z;
         if (((mp <= (0.0f)) || (select((rt_ov / part_mx), (1.0f), (rt_ov == part_mx)) >= mp))) {

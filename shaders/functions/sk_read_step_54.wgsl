@@ -7,14 +7,14 @@ fn sk_read_step_54(col_hi: u32, col_lo: u32, base: u32, li0: u32, li1: u32, li2:
     var zx2: f32 = *sk_io_zx2;
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
-    let sk_e2: u32 = (col_hi - col_lo);
-    zx0 = sk_load_x(((base + col_lo) + select((sk_e2 - 1u), li0, (li0 < sk_e2))));
     let sk_e3: u32 = (col_hi - col_lo);
-    zx1 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li1, (li1 < sk_e3))));
+    zx0 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li0, (li0 < sk_e3))));
     let sk_e4: u32 = (col_hi - col_lo);
-    zx2 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li2, (li2 < sk_e4))));
+    zx1 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li1, (li1 < sk_e4))));
     let sk_e5: u32 = (col_hi - col_lo);
-    zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
+    zx2 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li2, (li2 < sk_e5))));
+    let sk_e6: u32 = (col_hi - col_lo);
+    zx3 = sk_load_x(((base + col_lo) + select((sk_e6 - 1u), li3, (li3 < sk_e6))));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

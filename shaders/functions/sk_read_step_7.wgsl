@@ -8,14 +8,14 @@ fn sk_read_step_7(base: u32, col_lo: u32, i0: u32, sk_io_zx0: ptr<function, f32>
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
     var zx_at: u32 = ((base + col_lo) + i0);
-    let sk_e0: f32 = sk_load_x(zx_at);
-    zx0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-    let sk_e1: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-    zx1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-    let sk_e2: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-    zx2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-    let sk_e3: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-    zx3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+    let sk_e1: f32 = sk_load_x(zx_at);
+    zx0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+    let sk_e2: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+    zx1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+    let sk_e3: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+    zx2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+    let sk_e4: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+    zx3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

@@ -35,14 +35,14 @@ fn sk_row_max(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
                         var ec_atu: u32 = u32(ec_at);
                         var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                         part_keys[g] = (part_keys[g] + ec_n);
-                        let sk_e137: u32 = (512u + g);
-                        part_keys[sk_e137] = max(part_keys[sk_e137], ec_n);
+                        let sk_e139: u32 = (512u + g);
+                        part_keys[sk_e139] = max(part_keys[sk_e139], ec_n);
                         var ec_x: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]);
                         var ec_sum: u32 = (part_keys[(1024u + g)] + ec_x);
                         part_keys[(1024u + g)] = ec_sum;
                         if ((ec_sum < ec_x)) {
-                            let sk_e138: u32 = (1536u + g);
-                            part_keys[sk_e138] = (part_keys[sk_e138] + 1u);
+                            let sk_e140: u32 = (1536u + g);
+                            part_keys[sk_e140] = (part_keys[sk_e140] + 1u);
                         }
                     }
                 }
@@ -62,8 +62,8 @@ fn sk_row_max(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
         var ec_unit: f32 = ((3500000000.0f) / ec_total);
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::place_cut
-            let sk_e139: u32 = (1024u + g);
-            part_keys[sk_e139] = u32((bitcast<f32>(part_keys[sk_e139]) * ec_unit));
+            let sk_e141: u32 = (1024u + g);
+            part_keys[sk_e141] = u32((bitcast<f32>(part_keys[sk_e141]) * ec_unit));
         }
         var ec_m_own: u32 = 0u;
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -111,8 +111,8 @@ fn sk_row_max(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::crossing
             var ec_n_x: u32 = part_keys[(0u + g)];
-            let sk_e140: u32 = (kk - 1u);
-            if ((((kk < params.vocab) && (ec_n_cum <= sk_e140)) && ((ec_n_cum + ec_n_x) > sk_e140))) {
+            let sk_e142: u32 = (kk - 1u);
+            if ((((kk < params.vocab) && (ec_n_cum <= sk_e142)) && ((ec_n_cum + ec_n_x) > sk_e142))) {
                 ec_n_first = max(ec_n_first, (512u - g));
                 ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                 ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));

@@ -15,7 +15,8 @@ fn sk_sample_2(row: u32, sk_io_skip: ptr<function, bool>) {
     var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
     var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
     var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-    var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+    let sk_e0: u32 = (row * 12u);
+    var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
     skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
     *sk_io_skip = skip;
 }

@@ -6,8 +6,8 @@ fn sk_seeded_logits_row(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2: 
     var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
     var screen_floor: f32 = (0.0f);
     screen_floor = sk_block_max_f32(sk_lid, lo_best);
-    let sk_e41: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-    var screened: bool = (sk_e41 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e41)) - (41.0f))));
+    let sk_e42: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+    var screened: bool = (sk_e42 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e42)) - (41.0f))));
     var best: f64 = bitcast<f64>(18442240474082181120lu);
     var best_i: u32 = 4294967295u;
     var mine: bool = ((!screened) || (up2 >= screen_floor));
@@ -34,15 +34,15 @@ fn sk_seeded_logits_row(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2: 
     } else {
         // built by kernels::seeded::seeded_logits_finish
         if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-            let sk_e63: f32 = sk_load_x((base + up1_i));
-            let sk_e62: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
-            var p: f32 = (select(select(sk_exp((sk_e62 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e62 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+            let sk_e64: f32 = sk_load_x((base + up1_i));
+            let sk_e63: f32 = (select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u)) / temp);
+            var p: f32 = (select(select(sk_exp((sk_e63 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e63 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
             var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
             var s64: f64 = lp;
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e64: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], up1_i)));
+                let sk_e65: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e65 + 8u)], rows[(sk_e65 + 9u)], rows[(sk_e65 + 10u)], up1_i)));
             }
             best = s64;
             best_i = up1_i;
@@ -67,9 +67,9 @@ fn sk_seeded_logits_row(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2: 
     }
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
-        let sk_e66: f32 = sk_load_x((base + tok));
-        let sk_e65: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
-        var p: f32 = (select(select(sk_exp((sk_e65 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e65 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+        let sk_e67: f32 = sk_load_x((base + tok));
+        let sk_e66: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
+        var p: f32 = (select(select(sk_exp((sk_e66 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e66 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
         if ((sk_lid == 0u)) {
             logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);

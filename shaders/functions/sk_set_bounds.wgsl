@@ -11,8 +11,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e40: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e40)) + 1lu), tn64, sk_e40)));
+        let sk_e41: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e41)) + 1lu), tn64, sk_e41)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -160,8 +160,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e69: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e69), sk_e69, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e70: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e70), sk_e70, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -184,8 +184,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e70: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e70), sk_e70, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e71: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e71), sk_e71, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -208,8 +208,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e71: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e71), sk_e71, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e72: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e72), sk_e72, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -232,8 +232,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e72: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e72), sk_e72, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e73: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e73), sk_e73, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;

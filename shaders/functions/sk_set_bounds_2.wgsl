@@ -11,8 +11,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e24: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e24)) + 1lu), tn64, sk_e24)));
+        let sk_e25: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;

@@ -22,14 +22,14 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
         row_max = sk_block_max_f32(sk_lid, m);
         mx = row_max;
     }
-    let sk_e12: u32 = (stage - 1u);
-    if (((sk_e12 > 0u) && (sk_e12 < (digits + 1u)))) {
+    let sk_e13: u32 = (stage - 1u);
+    if (((sk_e13 > 0u) && (sk_e13 < (digits + 1u)))) {
         sk_decide(sk_lid, stage, sel_a, parts, slot0, k_first, pp, kk, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask);
     }
     if ((stage < (digits + 1u))) {
         var in_a: bool = (stage <= sel_a);
-        let sk_e31: u32 = (stage - 1u);
-        var digit_pass: u32 = select((sk_e31 - sel_a), sk_e31, in_a);
+        let sk_e32: u32 = (stage - 1u);
+        var digit_pass: u32 = select((sk_e32 - sel_a), sk_e32, in_a);
         var shift: u32 = (28u - (digit_pass * 4u));
         var cnt: array<u32, 16>;
         var mas: array<u64, 16>;
@@ -50,14 +50,14 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                 if ((li3 < sweep_n)) {
                     // built by kernels::filter_values::read_step
                     var zx_at: u32 = ((base + col_lo) + i0);
-                    let sk_e32: f32 = sk_load_x(zx_at);
-                    zx0 = select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u));
-                    let sk_e33: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                    zx1 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
-                    let sk_e34: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                    zx2 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
-                    let sk_e35: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                    zx3 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                    let sk_e33: f32 = sk_load_x(zx_at);
+                    zx0 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
+                    let sk_e34: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+                    zx1 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
+                    let sk_e35: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+                    zx2 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                    let sk_e36: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    zx3 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                 } else {
                     sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
@@ -182,16 +182,16 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     }
                     var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                     if ((pi64 != 4294967295u)) {
-                        let sk_e73: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                        if (((bitcast<f64>(((u64(partials[(sk_e73 + 1u)]) << 32u) | u64(partials[(sk_e73 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                        let sk_e74: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                        if (((bitcast<f64>(((u64(partials[(sk_e74 + 1u)]) << 32u) | u64(partials[(sk_e74 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                             // built by kernels::filters::keep_best
-                            let sk_e74: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                            best64 = bitcast<f64>(((u64(partials[(sk_e74 + 1u)]) << 32u) | u64(partials[(sk_e74 + 0u)])));
+                            let sk_e75: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                            best64 = bitcast<f64>(((u64(partials[(sk_e75 + 1u)]) << 32u) | u64(partials[(sk_e75 + 0u)])));
                             best64_i = pi64;
                         }
                     }
-                    let sk_e75: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                    all_mass = (all_mass + ((u64(partials[(sk_e75 + 1u)]) << 32u) | u64(partials[(sk_e75 + 0u)])));
+                    let sk_e76: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                    all_mass = (all_mass + ((u64(partials[(sk_e76 + 1u)]) << 32u) | u64(partials[(sk_e76 + 0u)])));
                 }
                 var win: f32 = (0.0f);
                 var tok32: u32 = 0u;
@@ -215,8 +215,8 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e76: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e77: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

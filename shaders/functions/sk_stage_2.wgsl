@@ -22,14 +22,14 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
         row_max = sk_block_max_f32(sk_lid, m);
         mx = row_max;
     }
-    let sk_e4: u32 = (stage - 1u);
-    if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
+    let sk_e5: u32 = (stage - 1u);
+    if (((sk_e5 > 0u) && (sk_e5 < (digits + 1u)))) {
         sk_decide_2(sk_lid, stage, sel_a, parts, slot0, k_first, pp, kk, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask);
     }
     if ((stage < (digits + 1u))) {
         var in_a: bool = (stage <= sel_a);
-        let sk_e23: u32 = (stage - 1u);
-        var digit_pass: u32 = select((sk_e23 - sel_a), sk_e23, in_a);
+        let sk_e24: u32 = (stage - 1u);
+        var digit_pass: u32 = select((sk_e24 - sel_a), sk_e24, in_a);
         var shift: u32 = (28u - (digit_pass * 4u));
         var cnt: array<u32, 16>;
         var mas: array<u64, 16>;
@@ -182,16 +182,16 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                     }
                     var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                     if ((pi64 != 4294967295u)) {
-                        let sk_e29: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                        if (((bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                        let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                        if (((bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                             // built by kernels::filters::keep_best
-                            let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                            best64 = bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)])));
+                            let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                            best64 = bitcast<f64>(((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
                             best64_i = pi64;
                         }
                     }
-                    let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                    all_mass = (all_mass + ((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
+                    let sk_e32: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                    all_mass = (all_mass + ((u64(partials[(sk_e32 + 1u)]) << 32u) | u64(partials[(sk_e32 + 0u)])));
                 }
                 var win: f32 = (0.0f);
                 var tok32: u32 = 0u;
@@ -214,8 +214,8 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((sk_lid == 0u)) {
-                        let sk_e32: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e32), (sk_e32 > (0.0f))), valid);
+                        let sk_e33: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e33), (sk_e33 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

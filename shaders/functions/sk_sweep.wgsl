@@ -75,8 +75,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e395: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e395)) + 1lu), tn64, sk_e395)));
+        let sk_e396: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e396)) + 1lu), tn64, sk_e396)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -136,8 +136,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e404: u32 = (row * 12u);
-    if ((((rows[(sk_e404 + 1u)] == 1u) && (rows[(sk_e404 + 6u)] == 1u)) && filtered)) {
+    let sk_e405: u32 = (row * 12u);
+    if ((((rows[(sk_e405 + 1u)] == 1u) && (rows[(sk_e405 + 6u)] == 1u)) && filtered)) {
         sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -233,8 +233,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e451: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e451), sk_e451, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e452: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e452), sk_e452, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -257,8 +257,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e452: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e452), sk_e452, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e453: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e453), sk_e453, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -281,8 +281,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e453: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e453), sk_e453, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e454: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e454), sk_e454, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -305,8 +305,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e454: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e454), sk_e454, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e455: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e455), sk_e455, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -340,8 +340,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::abi::write_results_as
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e455: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e455, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e455) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+            let sk_e456: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e456, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e456) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

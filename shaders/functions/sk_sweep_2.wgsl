@@ -71,8 +71,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e233: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e233)) + 1lu), tn64, sk_e233)));
+        let sk_e234: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e234)) + 1lu), tn64, sk_e234)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -136,8 +136,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e234: u32 = (row * 12u);
-    if ((((rows[(sk_e234 + 1u)] == 1u) && (rows[(sk_e234 + 6u)] == 1u)) && filtered)) {
+    let sk_e235: u32 = (row * 12u);
+    if ((((rows[(sk_e235 + 1u)] == 1u) && (rows[(sk_e235 + 6u)] == 1u)) && filtered)) {
         sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -343,8 +343,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
         if ((sk_lid == 0u)) {
-            let sk_e241: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e241), (sk_e241 > (0.0f))), valid);
+            let sk_e242: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e242), (sk_e242 > (0.0f))), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

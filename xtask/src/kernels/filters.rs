@@ -42,8 +42,9 @@
 //! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
 
 use super::abi::{
-    buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_seeded, row_temperature, row_word, scaled,
-    word, write_results_as, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, STATUS_UNRANKED,
+    buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_ranked, row_is_seeded, row_temperature,
+    row_word, scaled, word, write_results_as, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
+    STATUS_UNRANKED,
 };
 use super::filter_rank;
 use super::filter_values as values;
@@ -483,11 +484,14 @@ fn row_filters(b: &mut Block) {
 
 /// Whether the row has a filter that can change its token: the rows the filter kernels take
 /// under [`FLAG_FILTERED_ONLY`] and the plain sampler leaves to them, seeded or not. Greedy rows
-/// never (the largest value is always kept, and greedy takes it). Needs `noisy` (from
-/// `row_temperature`).
+/// never (the largest value is always kept, and greedy takes it). A row that hashes ranks with
+/// a top-k at or above the vocabulary is one too: SGLang still sorts it, so its noise is its
+/// rank's (`RowParams::hashes_ranks`). Needs `noisy` (from `row_temperature`).
 pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
     row_filters(b);
-    b.let_("filtered", Ty::Bool, var("noisy").and(var("searched").or(var("mp").gt(f(0.0)))))
+    let k = var("k_raw");
+    let sorted = row_is_ranked().and(k.clone().ne_(u(0))).and(k.ne_(u(u32::MAX)));
+    b.let_("filtered", Ty::Bool, var("noisy").and(var("searched").or(var("mp").gt(f(0.0))).or(sorted)))
 }
 
 /// Finds the row's kept set with one workgroup: the digit passes, each deciding the select's
