@@ -549,6 +549,18 @@ pub fn f64_(v: f64) -> Expr {
 pub fn boolean(v: bool) -> Expr {
     Expr::Lit(Lit::Bool(v))
 }
+/// The zero of `ty` (false, 0, 0.0, a vector of zeros).
+pub fn zero(ty: Ty) -> Expr {
+    match ty {
+        Ty::Bool => boolean(false),
+        Ty::U32 => u(0),
+        Ty::I32 => i(0),
+        Ty::U64 => Expr::Lit(Lit::U64(0)),
+        Ty::F32 => f(0.0),
+        Ty::F64 => f64_(0.0),
+        Ty::U32x4 => u32x4(u(0), u(0), u(0), u(0)),
+    }
+}
 pub fn var(name: &str) -> Expr {
     Expr::Var(name.to_string())
 }
@@ -762,21 +774,22 @@ impl Block {
     }
     /// Block-wide reduction into a new variable `out`, returned as an expression.
     pub fn reduce(&mut self, op: ReduceOp, ty: Ty, value: Expr, out: &str) -> Expr {
-        let zero = match ty {
-            Ty::F32 => f(0.0),
-            Ty::F64 => f64_(0.0),
-            Ty::U64 => Expr::Lit(Lit::U64(0)),
-            _ => u(0),
-        };
-        self.let_(out, ty, zero);
+        self.let_(out, ty, zero(ty));
         self.stmts.push(Stmt::Reduce { op, ty, value, out: out.to_string() });
         var(out)
     }
+    /// `value`, a u32 every invocation holds alike (a word of workgroup or read-write memory
+    /// read at one index), as a uniform value in a new variable `out`. WGSL counts such a read
+    /// as differing between invocations, so a branch on it around a barrier breaks its
+    /// uniformity rule (`uniformity.rs`); a reduction's result is uniform. The max of equal
+    /// values is the value.
+    pub fn uniform(&mut self, value: Expr, out: &str) -> Expr {
+        self.reduce(ReduceOp::Max, Ty::U32, value, out)
+    }
     /// Block-wide sums of several integer values at once, into new variables `outs`.
     pub fn sum_many(&mut self, ty: Ty, values: Vec<Expr>, outs: &[String]) {
-        let zero = if ty == Ty::U64 { Expr::Lit(Lit::U64(0)) } else { u(0) };
         for o in outs {
-            self.let_(o, ty, zero.clone());
+            self.let_(o, ty, zero(ty));
         }
         self.stmts.push(Stmt::SumMany { ty, values, outs: outs.to_vec() });
     }

@@ -279,19 +279,6 @@ fn slice(
     Ok(Some(s.clone()))
 }
 
-/// The zero of `ty`.
-fn zero(ty: Ty) -> Expr {
-    match ty {
-        Ty::Bool => boolean(false),
-        Ty::U32 => u(0),
-        Ty::I32 => i(0),
-        Ty::U64 => Expr::Lit(Lit::U64(0)),
-        Ty::F32 => f(0.0),
-        Ty::F64 => f64_(0.0),
-        Ty::U32x4 => u32x4(u(0), u(0), u(0), u(0)),
-    }
-}
-
 /// Every variable and histogram name `stmts` read or write that they do not declare.
 fn mentioned(stmts: &[Stmt]) -> BTreeSet<String> {
     names(stmts, true)

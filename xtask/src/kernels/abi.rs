@@ -74,6 +74,8 @@ pub const FLAG_MERGE: u32 = 128;
 pub const GREEDY_EPS: f32 = 1e-6;
 /// No column (a race without a winner yet).
 pub(super) const NONE: u32 = u32::MAX;
+/// A record's top-k word for no top-k (`RowParams`'s encoding; 0 means none too).
+pub(super) const NO_TOP_K: u32 = u32::MAX;
 
 /// Element formats of an input row.
 #[derive(Clone, Copy, Debug)]

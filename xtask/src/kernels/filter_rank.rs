@@ -91,9 +91,7 @@ fn gather(b: &mut Block, input: Input) -> Expr {
         },
     );
     b.barrier();
-    // A reduction of the count every invocation reads: the same, but uniform for WGSL, which
-    // counts a read of workgroup memory as differing between invocations.
-    b.reduce(ReduceOp::Max, Ty::U32, load_shared(COUNT, u(0)), "rank_n")
+    b.uniform(load_shared(COUNT, u(0)), "rank_n")
 }
 
 /// Sorts the list's first `n` keys, largest first: a bitonic sort over the next power of two,

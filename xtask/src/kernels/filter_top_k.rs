@@ -688,9 +688,8 @@ fn merge_row(b: &mut Block, input: Input) {
         let zt = b.let_("zt", Ty::F32, key_value(var("t_key")));
         let all_in = n_sel.clone().lt(want).or(values::weight(input, zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
-        // Keys every invocation reads alike, reduced so that the branches on them are uniform.
         let above = |b: &mut Block, r: Expr, name: &str| {
-            let key = b.reduce(ReduceOp::Max, Ty::U32, get(S_KEY, r), name);
+            let key = b.uniform(get(S_KEY, r), name);
             ov(key_value(key)).gt(ov(zt.clone()))
         };
         let kept_n = var("kept_n");

@@ -1138,12 +1138,11 @@ fn cut_part(b: &mut Block, input: Input) {
 /// body, after the two reads (`reads_before`).
 pub(super) fn merge_cut(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
-    let state = load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), tail::MX));
+    let mx_word = load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), tail::MX));
     let sent = sent_to_cut(b, row_slot.clone());
     b.if_(sent, |b| {
         b.set("reads_before", u(2));
-        // Reduced, as `row_go`, so that what follows from it is uniform.
-        let mx = b.reduce(ReduceOp::Max, Ty::U32, state, "cut_mx_word");
+        let mx = b.uniform(mx_word, "cut_mx_word");
         let mx = b.let_("cut_mx", Ty::F32, mx.bitcast(Ty::F32));
         let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
         cut_row(b, input, mx, seeded);
@@ -1200,11 +1199,10 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
             // The bounds as fixed-point masses (truncated: the most's one unit more), and the
             // row's mass for the log-probability, their middle; each try reads them again, so
             // that nothing but the flag lives across the tries (the merge is at its registers).
-            // Reduced, as `row_go`, so that the checks on them are uniform.
             let words: Vec<Expr> = (0..4)
                 .map(|k| {
                     let w = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k));
-                    b.reduce(ReduceOp::Max, Ty::U32, w, &format!("cut_bound{k}"))
+                    b.uniform(w, &format!("cut_bound{k}"))
                 })
                 .collect();
             let state_w = |k: usize| words[k].clone().bitcast(Ty::F32);
@@ -1584,12 +1582,10 @@ pub(super) fn sent_to_cut(b: &mut Block, row_slot: Expr) -> Expr {
     row_go(b, row_slot).eq_(u(1))
 }
 
-/// The row's state's `GO` word, as the parts launch left it (in a later launch). Every
-/// invocation reads the same word, but WGSL counts a read of read-write storage as differing
-/// between invocations, and the word decides branches around barriers: a reduction makes it
-/// uniform.
+/// The row's state's `GO` word, as the parts launch left it (in a later launch), uniform: it
+/// decides branches around barriers.
 pub(super) fn row_go(b: &mut Block, row_slot: Expr) -> Expr {
-    b.reduce(ReduceOp::Max, Ty::U32, load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO)), "row_go")
+    b.uniform(load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO)), "row_go")
 }
 
 /// A row of min-p alone (`min_p_cut`), by its last part in the parts launch: where some part

@@ -44,7 +44,7 @@
 use super::abi::{
     buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_ranked, row_is_seeded, row_temperature,
     row_word, scaled, word, write_results_as, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
-    STATUS_UNRANKED,
+    NO_TOP_K, STATUS_UNRANKED,
 };
 use super::filter_rank;
 use super::filter_values as values;
@@ -490,7 +490,7 @@ fn row_filters(b: &mut Block) {
 pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
     row_filters(b);
     let k = var("k_raw");
-    let sorted = row_is_ranked().and(k.clone().ne_(u(0))).and(k.ne_(u(u32::MAX)));
+    let sorted = row_is_ranked().and(k.clone().ne_(u(0))).and(k.ne_(u(NO_TOP_K)));
     b.let_("filtered", Ty::Bool, var("noisy").and(var("searched").or(var("mp").gt(f(0.0))).or(sorted)))
 }
 
