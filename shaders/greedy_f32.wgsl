@@ -37,6 +37,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log.wgsl
 // shaders/functions/sk_for_each_column_then_3.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
+// shaders/functions/sk_last_part_combines.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -175,6 +176,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::race::write_part
                     atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
                 }
+                if ((parts <= 1u)) {
+                    // built by last_part::merges_of_whole_rows
+                    storageBarrier();
+                    // built by kernels::combine::last_part_combines
+                    {
+                        sk_last_part_combines(sk_lid, parts, row_slot, row);
+                    }
+                }
             }
         }
     } else {
@@ -192,73 +201,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (sk_merging) {
                     // built by kernels::combine::last_part_combines
                     {
-                        var best: f32 = bitcast<f32>(4286578688u);
-                        var top: f32 = bitcast<f32>(4286578688u);
-                        var m: f32 = bitcast<f32>(4286578688u);
-                        var s: f32 = (0.0f);
-                        var best_i: u32 = 4294967295u;
-                        var top_i: u32 = 4294967295u;
-                        var top_n: u32 = 0u;
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::combine::combine_row
-                            var pv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
-                            var pi: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                            if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
-                                best = pv;
-                                best_i = pi;
-                            }
-                            var ptv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                            var pti: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
-                            if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
-                                top = ptv;
-                                top_i = pti;
-                            }
-                            top_n = (top_n + atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                            var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
-                            var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
-                            if ((pm > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - pm))) + ps);
-                                m = pm;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((pm > bitcast<f32>(4286578688u))) {
-                                    s = (s + (ps * sk_exp((pm - m))));
-                                }
-                            }
-                        }
-                        var win: f32 = (0.0f);
-                        var tok: u32 = 0u;
-                        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
-                        var tops: u32 = 0u;
-                        tops = sk_block_sum_u32(sk_lid, top_n);
-                        if ((tops > 0u)) {
-                            sk_whole_row_results(sk_lid, top, top_i, &tok);
-                        }
-                        let sk_e17: bool = (tok == 4294967295u);
-                        var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e17)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e17);
-                        if ((tok == 4294967295u)) {
-                            // built by kernels::combine::combine_row
-                            tok = 0u;
-                        }
-                        var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
-                        if ((sk_lid == 0u)) {
-                            // built by kernels::abi::write_results_as
-                            tokens[row] = select(0u, tok, valid);
-                            if (((params.flags & 2u) != 0u)) {
-                                status[row] = select(0u, 1u, valid);
-                            }
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            // built by kernels::abi::write_results_as
-                            var row_max: f32 = (0.0f);
-                            row_max = sk_block_max_f32(sk_lid, m);
-                            var row_sum: f32 = (0.0f);
-                            row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
-                            if ((sk_lid == 0u)) {
-                                logprobs[row] = select(bitcast<f32>(4286578688u), select(((z - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
-                            }
-                        }
+                        sk_last_part_combines(sk_lid, parts, row_slot, row);
                     }
                     if ((sk_lid == 0u)) {
                         // built by last_part::merged_and_reset

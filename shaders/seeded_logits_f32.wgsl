@@ -44,9 +44,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel_screen.wgsl
 // shaders/functions/sk_for_each_column_then_12.wgsl
+// shaders/functions/sk_seeded_logits_row.wgsl
 // shaders/functions/sk_seeded_logits.wgsl
 // shaders/functions/sk_for_each_column_then_13.wgsl
-// shaders/functions/sk_seeded_logits_row.wgsl
+// shaders/functions/sk_seeded_logits_row_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -229,9 +230,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 4u)], part_up1_i);
                         atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 5u)], bitcast<u32>(part_up2));
                     }
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::seeded::seeded_logits_row
+                        {
+                            sk_seeded_logits_row(sk_lid, parts, row_slot, &lo_best, &up1, &up1_i, &up2, &row_m, &row_s);
+                        }
+                        col_lo = 0u;
+                        col_hi = params.vocab;
+                        combining = true;
+                    }
                 }
                 if (((parts <= 1u) || combining)) {
-                    sk_seeded_logits_row(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
+                    sk_seeded_logits_row_2(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
                 }
             }
         }
@@ -267,48 +279,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (sk_merging) {
                         // built by kernels::seeded::seeded_logits_row
                         {
-                            lo_best = bitcast<f32>(4286578688u);
-                            up1 = bitcast<f32>(4286578688u);
-                            up1_i = 4294967295u;
-                            up2 = bitcast<f32>(4286578688u);
-                            var m: f32 = bitcast<f32>(4286578688u);
-                            var s: f32 = (0.0f);
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::seeded::combine_parts
-                                var pm: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
-                                var ps: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
-                                if ((pm > m)) {
-                                    // built by kernels::softmax::softmax_merge
-                                    var r: f32 = sk_exp((m - pm));
-                                    s = (s * r);
-                                    m = pm;
-                                }
-                                var ex: f32 = sk_exp((pm - m));
-                                s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
-                                lo_best = max(lo_best, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
-                                if ((bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
-                                    up1_i = atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
-                                }
-                                up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)], 0u);
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)], 0u);
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)], 0u);
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)], 0u);
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)], 0u);
-                                atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)], 0u);
-                            }
-                            var row_max: f32 = (0.0f);
-                            row_max = sk_block_max_f32(sk_lid, m);
-                            var row_sum: f32 = (0.0f);
-                            row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
-                            row_m = row_max;
-                            row_s = row_sum;
+                            sk_seeded_logits_row(sk_lid, parts, row_slot, &lo_best, &up1, &up1_i, &up2, &row_m, &row_s);
                         }
                         col_lo = 0u;
                         col_hi = params.vocab;
@@ -321,7 +292,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if (sk_merging) {
                     if (((parts <= 1u) || combining)) {
-                        sk_seeded_logits_row(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
+                        sk_seeded_logits_row_2(sk_lid, row_s, lo_best, row_m, up2, combining, col_lo, col_hi, base, temp, row, noisy, up1_i, up1);
                     }
                 }
             }

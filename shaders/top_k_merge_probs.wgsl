@@ -116,6 +116,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_54.wgsl
 // shaders/functions/sk_merge_2.wgsl
 // shaders/functions/sk_cut_part_10.wgsl
+// shaders/functions/sk_cut_here_3.wgsl
 // shaders/functions/sk_digit_counts_7.wgsl
 // shaders/functions/sk_attempt_cut_4.wgsl
 // shaders/functions/sk_race_4.wgsl
@@ -132,8 +133,6 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_decide_5.wgsl
 // shaders/functions/sk_merge_row_4.wgsl
 // shaders/functions/sk_merge_kernel_3.wgsl
-// shaders/functions/sk_cut_here_3.wgsl
-// shaders/functions/sk_cut_here_4.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -177,7 +176,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var merges: bool = (part == 0u);
                 if ((cut_here && (top_p_cut || min_p_cut))) {
                     {
-                        sk_cut_here_4(sk_lid, slot, parts, part, row, base, mp, noisy, &col_lo, &col_hi, &merges);
+                        var row_slot: u32 = slot;
+                        var row_go: u32 = 0u;
+                        row_go = sk_block_max_u32(sk_lid, atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]));
+                        if ((row_go == 1u)) {
+                            sk_cut_here_3(sk_lid, part, parts, row_slot, row, base, mp, noisy, &col_lo, &col_hi, &merges);
+                        }
                     }
                 }
                 var min_p_raced: bool = false;

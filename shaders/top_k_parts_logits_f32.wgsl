@@ -56,17 +56,18 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
+// shaders/functions/sk_parts_kernel.wgsl
 // shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_read_step_33.wgsl
-// shaders/functions/sk_race_part_3.wgsl
+// shaders/functions/sk_race_part.wgsl
 // shaders/functions/sk_for_each_word.wgsl
 // shaders/functions/sk_for_each_word_2.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
-// shaders/functions/sk_read_part_3.wgsl
-// shaders/functions/sk_clear_3.wgsl
-// shaders/functions/sk_place_cut_3.wgsl
-// shaders/functions/sk_row_max.wgsl
+// shaders/functions/sk_read_part.wgsl
+// shaders/functions/sk_clear.wgsl
+// shaders/functions/sk_place_cut.wgsl
+// shaders/functions/sk_histogram_part.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -250,8 +251,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
                         atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                     }
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::filter_top_p::histogram_part
+                        {
+                            sk_histogram_part(sk_lid, parts, row_slot, pp, kk);
+                        }
+                    }
                 } else {
-                    sk_clear_3(sk_lid, col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
+                    sk_clear(sk_lid, col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
+                }
+                if (min_p_cut) {
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::filter_top_k::parts_kernel
+                        {
+                            sk_parts_kernel(sk_lid, parts, row_slot, mp);
+                        }
+                    }
                 }
             }
         }
@@ -274,22 +293,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            let sk_e136: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e150: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e150 + 1u)] == 1u) && (rows[(sk_e150 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e137: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u)))));
+            let sk_e151: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e151 + 1u)] == 1u) && (rows[(sk_e151 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e138: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e138 + 1u)] == 1u) && (rows[(sk_e138 + 6u)] == 1u))));
+            let sk_e152: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e152 + 1u)] == 1u) && (rows[(sk_e152 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);
                     if (sk_merging) {
                         // built by kernels::filter_top_p::histogram_part
                         {
-                            sk_row_max(sk_lid, parts, row_slot, pp, kk);
+                            sk_histogram_part(sk_lid, parts, row_slot, pp, kk);
                         }
                         if ((sk_lid == 0u)) {
                             // built by last_part::merged_and_reset
@@ -302,64 +321,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (sk_merging) {
                         // built by kernels::filter_top_k::parts_kernel
                         {
-                            var m: f32 = bitcast<f32>(4286578688u);
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_k::row_max
-                                m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                            }
-                            var row_m: f32 = (0.0f);
-                            row_m = sk_block_max_f32(sk_lid, m);
-                            var mp_mx: f32 = row_m;
-                            var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
-                            var mo_left: u32 = 0u;
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_min_p::left_out_kept
-                                let sk_e147: u32 = (((row_slot * parts) + p) * 1317u);
-                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e147 + 3u)]), atomicLoad(&partials[(sk_e147 + 4u)]));
-                                let sk_e150: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                let sk_e148: f32 = select((0.0f), (1.0f), (sk_e150 == bitcast<f32>(2139095040u)));
-                                let sk_e149: f32 = (sk_e150 - mp_mx);
-                                let sk_e151: bool = (mp_mx == bitcast<f32>(4286578688u));
-                                let sk_e152: bool = (mp_mx == bitcast<f32>(2139095040u));
-                                if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e149), (0.0f), sk_e151), sk_e148, sk_e152) > (0.0f)) && (select(select(sk_exp(sk_e149), (0.0f), sk_e151), sk_e148, sk_e152) >= mp)))) {
-                                    mo_left = 1u;
-                                }
-                            }
-                            var mo_uncovered: u32 = 0u;
-                            mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                            var mr_any: u32 = 0u;
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_min_p::any_raced
-                                if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
-                                    mr_any = 1u;
-                                }
-                            }
-                            var mr_any_part: u32 = 0u;
-                            mr_any_part = sk_block_max_u32(sk_lid, mr_any);
-                            var s: f32 = (0.0f);
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_k::parts_mass
-                                var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                                if ((mp_p > bitcast<f32>(4286578688u))) {
-                                    s = (s + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - mp_mx)), (0.0f), (mp_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (mp_mx == bitcast<f32>(2139095040u)))));
-                                }
-                            }
-                            var row_s: f32 = (0.0f);
-                            row_s = sk_block_sum_f32(sk_lid, s);
-                            if ((sk_lid == 0u)) {
-                                // built by kernels::filter_top_p::write_state
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>((0.0f)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((0.0f)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(row_s));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(row_s));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>((-floor(((-mp_mx) * (16.0f))))));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
-                            }
+                            sk_parts_kernel(sk_lid, parts, row_slot, mp);
                         }
                         if ((sk_lid == 0u)) {
                             // built by last_part::merged_and_reset

@@ -54,15 +54,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_philox.wgsl
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
-// shaders/functions/sk_race_part_4.wgsl
+// shaders/functions/sk_parts_kernel_2.wgsl
+// shaders/functions/sk_race_part_2.wgsl
 // shaders/functions/sk_for_each_word_3.wgsl
 // shaders/functions/sk_for_each_word_4.wgsl
 // shaders/functions/sk_read_step_36.wgsl
 // shaders/functions/sk_read_step_37.wgsl
-// shaders/functions/sk_read_part_4.wgsl
-// shaders/functions/sk_parts_kernel.wgsl
-// shaders/functions/sk_place_cut_4.wgsl
-// shaders/functions/sk_row_max_2.wgsl
+// shaders/functions/sk_read_part_2.wgsl
+// shaders/functions/sk_clear_2.wgsl
+// shaders/functions/sk_place_cut_2.wgsl
+// shaders/functions/sk_histogram_part_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -100,7 +101,129 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e2: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
-                sk_parts_kernel(sk_lid, top_p_cut, col_hi, col_lo, base, slot, min_p_cut, row, mp, kc);
+                // built by kernels::filter_top_k::parts_kernel
+                if (top_p_cut) {
+                    workgroupBarrier();
+                    for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
+                        // built by kernels::filter_top_p::histogram_part
+                        atomicStore(&part_hist[i], 0u);
+                    }
+                    var n_cols: u32 = (col_hi - col_lo);
+                    let sk_e3: u32 = (BLOCK * 4u);
+                    var n_padded: u32 = ((((n_cols + sk_e3) - 1u) / sk_e3) * sk_e3);
+                    for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
+                        // built by kernels::filter_top_k::pad_part
+                        part_keys[i] = 2147483648u;
+                    }
+                    if ((sk_lid < 16u)) {
+                        // built by kernels::filter_top_p::histogram_part
+                        atomicStore(&part_hist[(2048u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
+                    }
+                    var m: f32 = bitcast<f32>(4286578688u);
+                    for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_values::for_each_read
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        var zx1: f32 = (0.0f);
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx2: f32 = (0.0f);
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < n_cols)) {
+                            // built by kernels::filter_values::read_step
+                            var zx_at: u32 = ((base + col_lo) + i0);
+                            zx0 = sk_load_x(zx_at);
+                            zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                            zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                            zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            let sk_e4: bool = (li0 < n_cols);
+                            zx0 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li0, sk_e4))), sk_e4);
+                            let sk_e5: bool = (li1 < n_cols);
+                            zx1 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li1, sk_e5))), sk_e5);
+                            let sk_e6: bool = (li2 < n_cols);
+                            zx2 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li2, sk_e6))), sk_e6);
+                            let sk_e7: bool = (li3 < n_cols);
+                            zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e7))), sk_e7);
+                        }
+                        {
+                            sk_read_step_37(zx0, li0, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_37(zx1, li1, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_37(zx2, li2, n_cols, &m);
+                        }
+                        {
+                            sk_read_step_37(zx3, li3, n_cols, &m);
+                        }
+                    }
+                    var part_m: f32 = (0.0f);
+                    part_m = sk_block_max_f32(sk_lid, m);
+                    workgroupBarrier();
+                    var grid_ru: u32 = (bitcast<u32>(part_m) >> (23u - 4u));
+                    var grid_rfu: u32 = (bitcast<u32>(part_m) >> (23u - 14u));
+                    for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
+                        // built by kernels::filter_top_k::for_each_word
+                        var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
+                        var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
+                        var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
+                        var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
+                        {
+                            sk_for_each_word_3(hk0, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word_3(hk1, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word_3(hk2, grid_rfu, grid_ru);
+                        }
+                        {
+                            sk_for_each_word_3(hk3, grid_rfu, grid_ru);
+                        }
+                    }
+                    workgroupBarrier();
+                    for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
+                        // built by kernels::filter_top_p::histogram_part
+                        if ((i < 512u)) {
+                            atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[i]) - (atomicLoad(&part_hist[(512u + i)]) * 1258291200u)));
+                        } else {
+                            var hpair: u32 = ((i * 2u) - 512u);
+                            atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
+                        }
+                    }
+                    if ((sk_lid == 0u)) {
+                        // built by kernels::filter_top_p::histogram_part
+                        atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                        atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
+                        atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
+                    }
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::filter_top_p::histogram_part
+                        {
+                            sk_histogram_part_2(sk_lid, parts, row_slot, pp, kk);
+                        }
+                    }
+                } else {
+                    sk_clear_2(sk_lid, col_hi, col_lo, min_p_cut, row, base, mp, slot, kc);
+                }
+                if (min_p_cut) {
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::filter_top_k::parts_kernel
+                        {
+                            sk_parts_kernel_2(sk_lid, parts, row_slot, mp);
+                        }
+                    }
+                }
             }
         }
     } else {
@@ -122,22 +245,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-            let sk_e40: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e40 + 1u)] == 1u) && (rows[(sk_e40 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e51: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e51 + 1u)] == 1u) && (rows[(sk_e51 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e41: u32 = (row * 12u);
-            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e41 + 1u)] == 1u) && (rows[(sk_e41 + 6u)] == 1u)))));
+            let sk_e52: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e52 + 1u)] == 1u) && (rows[(sk_e52 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e42: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e42 + 1u)] == 1u) && (rows[(sk_e42 + 6u)] == 1u))));
+            let sk_e53: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e53 + 1u)] == 1u) && (rows[(sk_e53 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);
                     if (sk_merging) {
                         // built by kernels::filter_top_p::histogram_part
                         {
-                            sk_row_max_2(sk_lid, parts, row_slot, pp, kk);
+                            sk_histogram_part_2(sk_lid, parts, row_slot, pp, kk);
                         }
                         if ((sk_lid == 0u)) {
                             // built by last_part::merged_and_reset
@@ -150,61 +273,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (sk_merging) {
                         // built by kernels::filter_top_k::parts_kernel
                         {
-                            var m: f32 = bitcast<f32>(4286578688u);
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_k::row_max
-                                m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                            }
-                            var row_m: f32 = (0.0f);
-                            row_m = sk_block_max_f32(sk_lid, m);
-                            var mp_mx: f32 = row_m;
-                            var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
-                            var mo_left: u32 = 0u;
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_min_p::left_out_kept
-                                let sk_e51: u32 = (((row_slot * parts) + p) * 1317u);
-                                var mo_lk: u32 = max(atomicLoad(&partials[(sk_e51 + 3u)]), atomicLoad(&partials[(sk_e51 + 4u)]));
-                                let sk_e53: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                let sk_e52: f32 = select((sk_e53 / mp_mx), (1.0f), (sk_e53 == mp_mx));
-                                if (((mo_lk != 0u) && ((sk_e52 > (0.0f)) && (sk_e52 >= mp)))) {
-                                    mo_left = 1u;
-                                }
-                            }
-                            var mo_uncovered: u32 = 0u;
-                            mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                            var mr_any: u32 = 0u;
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_min_p::any_raced
-                                if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
-                                    mr_any = 1u;
-                                }
-                            }
-                            var mr_any_part: u32 = 0u;
-                            mr_any_part = sk_block_max_u32(sk_lid, mr_any);
-                            var s: f32 = (0.0f);
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_k::parts_mass
-                                var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                                if ((mp_p > bitcast<f32>(4286578688u))) {
-                                    s = (s + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select((mp_p / mp_mx), (1.0f), (mp_p == mp_mx))));
-                                }
-                            }
-                            var row_s: f32 = (0.0f);
-                            row_s = sk_block_sum_f32(sk_lid, s);
-                            if ((sk_lid == 0u)) {
-                                // built by kernels::filter_top_p::write_state
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>((0.0f)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((0.0f)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(row_s));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(row_s));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>(f32((bitcast<u32>(mp_mx) >> (23u - 4u)))));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
-                            }
+                            sk_parts_kernel_2(sk_lid, parts, row_slot, mp);
                         }
                         if ((sk_lid == 0u)) {
                             // built by last_part::merged_and_reset

@@ -1228,6 +1228,35 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
     }
 }
 
+/// Rows of one part (3000 columns, under the path's part of 4096), whose parts' launch merges
+/// the row in place: min-p alone whose part races its band (flat normal logits at T 1.5, min-p
+/// 0.5: most of the row lies in the band, a few tokens below it), read once; top-p 0.9 alone on
+/// Zipf logits, whose part's histogram places the cut, read twice; both with the CPU oracle's
+/// token, on two offsets each. On wgpu the merge of such a row once ran only in a merge
+/// dispatch, which the host issues only for rows split in more than one part: the row's state
+/// was never written, so the min-p row gave no token.
+pub fn one_part_rows_merge_in_their_launch<B: Backend>(b: &B) {
+    let mut rng = Rng::new(3000);
+    let vocab = 3000;
+    let shape = Shape::dense(4, vocab);
+    let mut x: Vec<f32> = (0..2 * vocab).map(|_| rng.normal(0.12) as f32 + 0.06).collect();
+    x.extend(zipf_logits(&mut rng, 2, vocab));
+    let rows: Vec<RowParams> = (0..shape.batch as u64)
+        .map(|r| match r {
+            0 | 1 => RowParams::new(1.5, 0x5_7000 + r, 1 + r).with_min_p(0.5),
+            _ => RowParams::new(1.0, 0x5_7000 + r, 1 + r).with_top_p(0.9),
+        })
+        .collect();
+    let (t, _, status, ps) = sample_all(b, shape, &x, &rows);
+    let want = oracle_tokens(shape, &x, &rows);
+    for r in 0..shape.batch {
+        let what = format!("row {r}, {:?}", rows[r]);
+        assert_eq!((t[r], status[r]), (want[r], 1), "token {} where the CPU gives {}, {what}", t[r], want[r]);
+        let reads = if rows[r].takes_top_p_cut(vocab) { 2 } else { 1 };
+        assert_eq!(ps[r], reads, "read {} times, {what}", ps[r]);
+    }
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_split_rows_match_whole_rows() {
@@ -1258,6 +1287,7 @@ device_suites!(
     cut_screens_match_the_oracle,
     far_logits_match_the_oracle,
     long_min_p_sets_read_once,
+    one_part_rows_merge_in_their_launch,
     rows_sample_alike_alone_and_in_a_batch
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

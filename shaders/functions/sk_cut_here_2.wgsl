@@ -202,6 +202,12 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
             col_lo = 0u;
             col_hi = params.vocab;
             merges = false;
+            if ((parts <= 1u)) {
+                // built by last_part::merges_of_whole_rows
+                storageBarrier();
+                // built by kernels::filter_top_p::cut_here
+                merges = true;
+            }
         }
     }
     *sk_io_col_lo = col_lo;

@@ -216,6 +216,12 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
     col_lo = 0u;
     col_hi = params.vocab;
     merges = false;
+    if ((parts <= 1u)) {
+        // built by last_part::merges_of_whole_rows
+        storageBarrier();
+        // built by kernels::filter_top_p::cut_here
+        merges = true;
+    }
     *sk_io_col_lo = col_lo;
     *sk_io_col_hi = col_hi;
     *sk_io_merges = merges;

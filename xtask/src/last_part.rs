@@ -12,7 +12,9 @@
 //!   merge therefore runs in a second dispatch of the same shader, after the first in the same
 //!   command buffer (a dispatch boundary orders every storage write before the next dispatch's
 //!   reads): the body becomes `if (flags & FLAG_MERGE) == 0 { parts } else { merges }`.
-//!   - *parts*: the body with each `LastPart` left out (every part is one that did not merge);
+//!   - *parts*: the body with each `LastPart` left out where the row has more than one part
+//!     (every part is one that did not merge); a row of one part merges there, in place, and
+//!     gets no merge dispatch;
 //!   - *merges*: the part of the body on the way to each `LastPart` that the merge and the code
 //!     after it read (the row loop, the row's words), then `merge` in part 0 of the row, then
 //!     the code after it in that workgroup only ([`MERGING`]). The rest (the part's read of its
@@ -62,7 +64,7 @@ pub fn lower(kernel: &Kernel, how: Lowering) -> Result<Kernel, IrError> {
             let mut b = Block::new();
             b.if_else(
                 (param("flags") & u(FLAG_MERGE)).eq_(u(0)),
-                |b| b.stmts.extend(without_merges(&kernel.body)),
+                |b| b.stmts.extend(merges_of_whole_rows(&kernel.body)),
                 |b| {
                     b.let_(MERGING, Ty::Bool, boolean(false));
                     b.stmts.extend(merges);
@@ -130,9 +132,19 @@ fn merged_and_reset(counter: &str, at: &Expr, merge: &[Stmt]) -> Vec<Stmt> {
     b.stmts
 }
 
-/// The parts dispatch: no part merges.
-fn without_merges(stmts: &[Stmt]) -> Vec<Stmt> {
-    map_blocks(stmts, &|_, _, _| vec![])
+/// The parts dispatch: a split row's parts do not merge, but a row of one part merges in
+/// place, after a storage barrier (its own records are all it reads). The host follows a launch
+/// with a merge dispatch only where it gives a row more than one workgroup
+/// (`Launch::splits_rows`), so a row of one part has no other merge.
+fn merges_of_whole_rows(stmts: &[Stmt]) -> Vec<Stmt> {
+    map_blocks(stmts, &|_, _, merge| {
+        let mut b = Block::new();
+        b.if_(var("parts").le(u(1)), |b| {
+            b.fence();
+            b.stmts.extend(merge.iter().cloned());
+        });
+        b.stmts
+    })
 }
 
 /// The merge dispatch of `stmts`, a block that holds a `LastPart`: its statements before the
@@ -460,7 +472,7 @@ mod tests {
             assert_eq!(*cond, (param("flags") & u(FLAG_MERGE)).eq_(u(0)), "{}", k.name);
             let mut merging = false;
             visit_stmts(then, &mut |s| merging |= matches!(s, Stmt::Assign { name, .. } if name == MERGING));
-            assert!(!merging, "{}: the parts' dispatch merges", k.name);
+            assert!(!merging, "{}: the parts' dispatch merges a split row", k.name);
             assert!(sets_merging(els), "{}: the merge dispatch merges nothing", k.name);
             n += 1;
         }
