@@ -75,13 +75,14 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_read_step_3.cuh"
 #include "functions/sk_read_step_4.cuh"
-#include "functions/sk_read_step_5.cuh"
 #include "functions/sk_race_sweep.cuh"
-#include "functions/sk_read_step_6.cuh"
+#include "functions/sk_read_step_5.cuh"
 #include "functions/sk_gather.cuh"
-#include "functions/sk_read_step_7.cuh"
+#include "functions/sk_read_step_6.cuh"
 #include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_7.cuh"
 #include "functions/sk_read_step_8.cuh"
+#include "functions/sk_candidate.cuh"
 #include "functions/sk_read_step_9.cuh"
 #include "functions/sk_read_step_10.cuh"
 #include "functions/sk_digit_counts_2.cuh"
@@ -106,7 +107,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
@@ -128,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
                     } else {
                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
@@ -173,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
+                sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -220,16 +223,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -278,16 +281,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_10(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_10(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_10(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_10(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }

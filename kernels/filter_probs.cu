@@ -65,13 +65,14 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_11.cuh"
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_read_step_13.cuh"
-#include "functions/sk_read_step_14.cuh"
 #include "functions/sk_race_sweep_2.cuh"
-#include "functions/sk_read_step_15.cuh"
+#include "functions/sk_read_step_14.cuh"
 #include "functions/sk_gather.cuh"
-#include "functions/sk_read_step_16.cuh"
+#include "functions/sk_read_step_15.cuh"
 #include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_16.cuh"
 #include "functions/sk_read_step_17.cuh"
+#include "functions/sk_candidate_2.cuh"
 #include "functions/sk_read_step_18.cuh"
 #include "functions/sk_read_step_19.cuh"
 #include "functions/sk_digit_counts_3.cuh"
@@ -96,7 +97,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
@@ -132,16 +135,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_16(col_lo, li0, zx0, m);
+                        sk_read_step_15(col_lo, li0, zx0, m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_16(col_lo, li1, zx1, m);
+                        sk_read_step_15(col_lo, li1, zx1, m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_16(col_lo, li2, zx2, m);
+                        sk_read_step_15(col_lo, li2, zx2, m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_16(col_lo, li3, zx3, m);
+                        sk_read_step_15(col_lo, li3, zx3, m);
                     }
                 }
             }
@@ -164,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
+                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -206,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                        sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3);
                                     } else {
                                         // built by kernels::filter_values::read_step
                                         zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
@@ -215,16 +218,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine);
+                                        sk_read_step_11(col_lo, li0, zx0, s_key, mx, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine);
+                                        sk_read_step_11(col_lo, li1, zx1, s_key, mx, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine);
+                                        sk_read_step_11(col_lo, li2, zx2, s_key, mx, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine);
+                                        sk_read_step_11(col_lo, li3, zx3, s_key, mx, mine);
                                     }
                                 }
                             }
@@ -268,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
@@ -277,16 +280,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }
@@ -316,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));

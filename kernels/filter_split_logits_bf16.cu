@@ -63,7 +63,7 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_read_step_26.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_4.cuh"
+#include "functions/sk_read_step_3.cuh"
 #include "functions/sk_read_step_27.cuh"
 #include "functions/sk_read_step_28.cuh"
 #include "functions/sk_sweep_set.cuh"
@@ -95,7 +95,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         unsigned int sel_a = (k_first ? 8u : 0u);
@@ -191,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
-                sk_stage(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
+                sk_stage(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, mp_first, mp, part, searched, row, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::filter_split::store_state

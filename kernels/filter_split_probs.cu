@@ -56,8 +56,8 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_read_step_30.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_12.cuh"
-#include "functions/sk_read_step_16.cuh"
+#include "functions/sk_read_step_11.cuh"
+#include "functions/sk_read_step_15.cuh"
 #include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_read_step_31.cuh"
 #include "functions/sk_set_bounds_2.cuh"
@@ -87,7 +87,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         unsigned int sel_a = (k_first ? 8u : 0u);
@@ -155,16 +157,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_16(col_lo, li0, zx0, m);
+                            sk_read_step_15(col_lo, li0, zx0, m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_16(col_lo, li1, zx1, m);
+                            sk_read_step_15(col_lo, li1, zx1, m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_16(col_lo, li2, zx2, m);
+                            sk_read_step_15(col_lo, li2, zx2, m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_16(col_lo, li3, zx3, m);
+                            sk_read_step_15(col_lo, li3, zx3, m);
                         }
                     }
                 }
@@ -175,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
-                sk_stage_2(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, part, searched, row, mp, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
+                sk_stage_2(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, mp_first, mp, part, searched, row, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::filter_split::store_state

@@ -54,12 +54,13 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step_20.cuh"
 #include "functions/sk_read_step_3.cuh"
-#include "functions/sk_read_step_4.cuh"
 #include "functions/sk_read_step.cuh"
-#include "functions/sk_read_step_7.cuh"
+#include "functions/sk_read_step_6.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_8.cuh"
+#include "functions/sk_candidate.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_10.cuh"
 #include "functions/sk_digit_counts_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
@@ -80,7 +81,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
@@ -102,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
                     } else {
                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
@@ -174,21 +177,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                                sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
                             } else {
                                 sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                         }
                     }
@@ -210,10 +213,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
+                            sk_candidate(mx, zv, in_a, mp_first, mp, wv, ok, mv);
                         }
                         if (ok) {
                             // built by kernels::filters::select_in_bucket
@@ -235,10 +235,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
+                            sk_candidate(mx, zv, in_a, mp_first, mp, wv, ok, mv);
                         }
                         if (ok) {
                             // built by kernels::filters::select_in_bucket
@@ -281,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_2(listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
+                    sk_digit_counts_2(listed, n_list, base, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
                 }
             }
             unsigned int s_key = sel_key;
@@ -329,16 +326,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }

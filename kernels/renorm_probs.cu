@@ -50,15 +50,16 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_read_step_11.cuh"
-#include "functions/sk_read_step_12.cuh"
-#include "functions/sk_read_step_16.cuh"
 #include "functions/sk_read_step_15.cuh"
+#include "functions/sk_read_step_14.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_17.cuh"
 #include "functions/sk_read_step_21.cuh"
 #include "functions/sk_read_step_22.cuh"
+#include "functions/sk_candidate_2.cuh"
+#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_19.cuh"
 #include "functions/sk_digit_counts_3.cuh"
-#include "functions/sk_find_set_2.cuh"
+#include "functions/sk_filter_row.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -78,231 +79,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
-            // built by kernels::filters::filter_row
-            unsigned int sweeps = 0u;
-            float m = sk_bitcast<float>(4286578688u);
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                unsigned int sweep_n = (col_hi - col_lo);
-                for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = i0;
-                    float zx0 = (0.0f);
-                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float zx1 = (0.0f);
-                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float zx2 = (0.0f);
-                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float zx3 = (0.0f);
-                    if ((li3 < sweep_n)) {
-                        // built by kernels::filter_values::read_step
-                        unsigned int zx_at = ((base + col_lo) + i0);
-                        zx0 = sk_load_x(zx_at);
-                        zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                        zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                        zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                    } else {
-                        // built by kernels::filter_values::read_step
-                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
-                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
-                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
-                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
-                    }
-                    if ((li0 < sweep_n)) {
-                        sk_read_step_16(col_lo, li0, zx0, m);
-                    }
-                    if ((li1 < sweep_n)) {
-                        sk_read_step_16(col_lo, li1, zx1, m);
-                    }
-                    if ((li2 < sweep_n)) {
-                        sk_read_step_16(col_lo, li2, zx2, m);
-                    }
-                    if ((li3 < sweep_n)) {
-                        sk_read_step_16(col_lo, li3, zx3, m);
-                    }
-                }
-            }
-            float part_max = (0.0f);
-            part_max = sk_block_max_f32(m);
-            float mx = part_max;
-            unsigned int sel_key = 0u;
-            unsigned int sel_mask = 0u;
-            unsigned int sel_n = 0u;
-            unsigned int sel_tn = 0u;
-            unsigned long long sel_m = 0ull;
-            unsigned long long sel_tm = 0ull;
-            unsigned long long row_mass = 0ull;
-            unsigned long long lim = 18446744073709551615ull;
-            unsigned int tie_col = 4294967295u;
-            unsigned int mine = 0u;
-            bool listed = false;
-            unsigned int n_list = 0u;
-            bool done = false;
-            unsigned int sel_a = (k_first ? 8u : 0u);
-            unsigned int digits = (sel_a + (searched ? 8u : 0u));
-            for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
-            }
-            unsigned int s_key = sel_key;
-            unsigned int s_ties = 0u;
-            unsigned int tie_start = 0u;
-            if (searched) {
-                // built by kernels::filters::set_bounds
-                unsigned long long tn64 = ((unsigned long long)sel_tn);
-                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e4 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e4 ? tn64 : (((lim - sel_m) / (sk_e4 ? 1ull : tie_v)) + 1ull))));
-                s_ties = ties;
-            }
-            unsigned int tie_rank = 0u;
-            unsigned long long all_mass = 0ull;
-            if (searched) {
-                // built by kernels::filters::find_set
-                if (done) {
-                    s_ties = 4294967295u;
-                }
-                if ((listed && (!done))) {
-                    if ((s_ties >= sel_tn)) {
-                        s_ties = 4294967295u;
-                    } else {
-                        mine = 0u;
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            unsigned int sweep_n = (col_hi - col_lo);
-                            {
-                                unsigned int quads = ((sweep_n + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = c0;
-                                    float zx0 = (0.0f);
-                                    unsigned int li1 = (c0 + 1u);
-                                    float zx1 = (0.0f);
-                                    unsigned int li2 = (c0 + 2u);
-                                    float zx2 = (0.0f);
-                                    unsigned int li3 = (c0 + 3u);
-                                    float zx3 = (0.0f);
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
-                                    } else {
-                                        // built by kernels::filter_values::read_step
-                                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
-                                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
-                                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
-                                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
-                                    }
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                unsigned int ties_before = 0u;
-                ties_before = sk_block_scan(mine);
-                tie_start = ties_before;
-            }
-            unsigned long long km = 0ull;
-            tie_rank = tie_start;
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                unsigned int sweep_n = (col_hi - col_lo);
-                {
-                    unsigned int quads = ((sweep_n + 3u) >> 2u);
-                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                        unsigned int li0 = c0;
-                        float zx0 = (0.0f);
-                        unsigned int li1 = (c0 + 1u);
-                        float zx1 = (0.0f);
-                        unsigned int li2 = (c0 + 2u);
-                        float zx2 = (0.0f);
-                        unsigned int li3 = (c0 + 3u);
-                        float zx3 = (0.0f);
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
-                        } else {
-                            // built by kernels::filter_values::read_step
-                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
-                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
-                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
-                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
-                        }
-                        if ((li0 < sweep_n)) {
-                            sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
-                        }
-                        if ((li1 < sweep_n)) {
-                            sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
-                        }
-                        if ((li2 < sweep_n)) {
-                            sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
-                        }
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
-                        }
-                    }
-                }
-            }
-            unsigned long long kept_mass = 0ull;
-            kept_mass = sk_block_sum_u64(km);
-            float kept_w = sk_fixed_f32(kept_mass);
-            tie_rank = tie_start;
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                unsigned int sweep_n = (col_hi - col_lo);
-                {
-                    unsigned int quads = ((sweep_n + 3u) >> 2u);
-                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                        unsigned int li0 = c0;
-                        float zx0 = (0.0f);
-                        unsigned int li1 = (c0 + 1u);
-                        float zx1 = (0.0f);
-                        unsigned int li2 = (c0 + 2u);
-                        float zx2 = (0.0f);
-                        unsigned int li3 = (c0 + 3u);
-                        float zx3 = (0.0f);
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
-                        } else {
-                            // built by kernels::filter_values::read_step
-                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
-                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
-                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
-                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
-                        }
-                        if ((li0 < sweep_n)) {
-                            sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
-                        }
-                        if ((li1 < sweep_n)) {
-                            sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
-                        }
-                        if ((li2 < sweep_n)) {
-                            sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
-                        }
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
-                        }
-                    }
-                }
-            }
+            sk_filter_row(col_hi, col_lo, base, k_first, searched, mp_first, mp, kk, pp);
         }
     }
 }

@@ -69,7 +69,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
             float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
-            bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+            unsigned int order = rows[((row * 12u) + 5u)];
+            bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+            bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
             const unsigned int sk_e0 = (row * 12u);
             bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));

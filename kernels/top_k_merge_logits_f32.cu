@@ -98,13 +98,12 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_read_step_39.cuh"
 #include "functions/sk_read_step_40.cuh"
 #include "functions/sk_read_step_3.cuh"
-#include "functions/sk_read_step_4.cuh"
 #include "functions/sk_select_in_range.cuh"
-#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_read_step_4.cuh"
 #include "functions/sk_load_quad_as_12.cuh"
 #include "functions/sk_race_sweep_3.cuh"
 #include "functions/sk_race_one.cuh"
-#include "functions/sk_read_step_6.cuh"
+#include "functions/sk_read_step_5.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
 #include "functions/sk_read_step_41.cuh"
@@ -116,13 +115,15 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_read_step_43.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_8.cuh"
 #include "functions/sk_read_step_44.cuh"
-#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_7.cuh"
 #include "functions/sk_race_one_2.cuh"
 #include "functions/sk_read_step_45.cuh"
 #include "functions/sk_read_step_46.cuh"
 #include "functions/sk_read_step_47.cuh"
+#include "functions/sk_candidate.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_10.cuh"
 #include "functions/sk_race_one_3.cuh"
 #include "functions/sk_race_tied_range.cuh"
 #include "functions/sk_select_in_range_2.cuh"
@@ -130,9 +131,9 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_row.cuh"
 #include "functions/sk_write_results_as.cuh"
 #include "functions/sk_merge.cuh"
-#include "functions/sk_digit_counts_6.cuh"
 #include "functions/sk_cut_part_4.cuh"
 #include "functions/sk_cut_here.cuh"
+#include "functions/sk_digit_counts_6.cuh"
 #include "functions/sk_attempt_cut.cuh"
 #include "functions/sk_race_3.cuh"
 #include "functions/sk_select_in_range_3.cuh"
@@ -141,9 +142,9 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_attempt_cut_3.cuh"
 #include "functions/sk_cut_row.cuh"
 #include "functions/sk_merge_cut.cuh"
+#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
-#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_decide_4.cuh"
 #include "functions/sk_decide_5.cuh"
 #include "functions/sk_merge_row_2.cuh"
@@ -170,7 +171,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
@@ -180,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
             const unsigned int sk_e1 = (row * 12u);
-            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+            bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e2 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -258,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep(reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                    sk_sweep(reads_before, col_hi, col_lo, base, temp, k_first, searched, mp_first, mp, kk, pp, row, filtered, noisy);
                 }
             }
         }

@@ -91,14 +91,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
         float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
-        bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+        unsigned int order = rows[((row * 12u) + 5u)];
+        bool mp_first = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        bool k_first = (((((order == 1u) || (order == 2u)) && (kk < vocab)) || mp_first) && (pp < (1.0f)));
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         bool has_k = (kk < vocab);
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
         const unsigned int sk_e1 = (row * 12u);
-        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+        bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
         bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         const unsigned int sk_e2 = (row * 12u);
         bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));

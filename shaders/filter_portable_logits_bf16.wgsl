@@ -117,12 +117,13 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
 // shaders/functions/sk_read_step_23.wgsl
-// shaders/functions/sk_read_step_24.wgsl
 // shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
-// shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts_4.wgsl
+// shaders/functions/sk_candidate_3.wgsl
+// shaders/functions/sk_read_step_24.wgsl
 // shaders/functions/sk_read_step_25.wgsl
 // shaders/functions/sk_digit_counts_5.wgsl
 // shaders/functions/sk_find_set_3.wgsl
@@ -145,7 +146,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && (!(rows[((row * 12u) + 1u)] == 1u)))) {
@@ -167,7 +170,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
@@ -212,7 +215,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -259,16 +262,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_24(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_23(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_24(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_23(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_24(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_23(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_24(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_23(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }

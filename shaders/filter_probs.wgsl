@@ -73,13 +73,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_read_step_13.wgsl
-// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_race_sweep_2.wgsl
-// shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_gather.wgsl
-// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_read_step_17.wgsl
+// shaders/functions/sk_candidate_2.wgsl
 // shaders/functions/sk_read_step_18.wgsl
 // shaders/functions/sk_read_step_19.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
@@ -104,7 +105,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -140,16 +143,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_16(col_lo, li0, zx0, &m);
+                        sk_read_step_15(col_lo, li0, zx0, &m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_16(col_lo, li1, zx1, &m);
+                        sk_read_step_15(col_lo, li1, zx1, &m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_16(col_lo, li2, zx2, &m);
+                        sk_read_step_15(col_lo, li2, zx2, &m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_16(col_lo, li3, zx3, &m);
+                        sk_read_step_15(col_lo, li3, zx3, &m);
                     }
                 }
             }
@@ -172,7 +175,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_2(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_2(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -214,7 +217,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                                     } else {
                                         // built by kernels::filter_values::read_step
                                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -223,16 +226,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, &mine);
+                                        sk_read_step_11(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, &mine);
+                                        sk_read_step_11(col_lo, li1, zx1, s_key, mx, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, &mine);
+                                        sk_read_step_11(col_lo, li2, zx2, s_key, mx, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, &mine);
+                                        sk_read_step_11(col_lo, li3, zx3, s_key, mx, &mine);
                                     }
                                 }
                             }
@@ -276,7 +279,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -285,16 +288,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -324,7 +327,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));

@@ -69,7 +69,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_4.wgsl
+// shaders/functions/sk_read_step_3.wgsl
 // shaders/functions/sk_read_step_27.wgsl
 // shaders/functions/sk_read_step_28.wgsl
 // shaders/functions/sk_sweep_set.wgsl
@@ -101,7 +101,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         var sel_a: u32 = select(0u, 8u, k_first);
@@ -197,7 +199,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
-                sk_stage(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
+                sk_stage(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, mp_first, mp, part, searched, row, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::filter_split::store_state

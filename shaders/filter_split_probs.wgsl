@@ -65,8 +65,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_read_step_30.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_12.wgsl
-// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step_11.wgsl
+// shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_read_step_31.wgsl
 // shaders/functions/sk_set_bounds_2.wgsl
@@ -96,7 +96,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         var sel_a: u32 = select(0u, 8u, k_first);
@@ -164,16 +166,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_16(col_lo, li0, zx0, &m);
+                            sk_read_step_15(col_lo, li0, zx0, &m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_16(col_lo, li1, zx1, &m);
+                            sk_read_step_15(col_lo, li1, zx1, &m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_16(col_lo, li2, zx2, &m);
+                            sk_read_step_15(col_lo, li2, zx2, &m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_16(col_lo, li3, zx3, &m);
+                            sk_read_step_15(col_lo, li3, zx3, &m);
                         }
                     }
                 }
@@ -184,7 +186,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
-                sk_stage_2(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, part, searched, row, mp, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
+                sk_stage_2(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, mp_first, mp, part, searched, row, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::filter_split::store_state

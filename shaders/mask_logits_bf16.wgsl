@@ -45,12 +45,13 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_20.wgsl
 // shaders/functions/sk_read_step_3.wgsl
-// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step.wgsl
-// shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_8.wgsl
+// shaders/functions/sk_candidate.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_10.wgsl
 // shaders/functions/sk_digit_counts_2.wgsl
 
 @compute @workgroup_size(256)
@@ -71,7 +72,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -93,7 +96,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
@@ -165,21 +168,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                             } else {
                                 sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                         }
                     }
@@ -201,10 +204,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
+                            sk_candidate(mx, zv, in_a, mp_first, mp, &wv, &ok, &mv);
                         }
                         if (ok) {
                             // built by kernels::filters::select_in_bucket
@@ -226,10 +226,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
+                            sk_candidate(mx, zv, in_a, mp_first, mp, &wv, &ok, &mv);
                         }
                         if (ok) {
                             // built by kernels::filters::select_in_bucket
@@ -272,7 +269,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_2(sk_lid, listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
+                    sk_digit_counts_2(sk_lid, listed, n_list, base, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
                 }
             }
             var s_key: u32 = sel_key;
@@ -320,16 +317,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }

@@ -46,15 +46,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_read_step_11.wgsl
-// shaders/functions/sk_read_step_12.wgsl
-// shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_read_step_21.wgsl
 // shaders/functions/sk_read_step_22.wgsl
+// shaders/functions/sk_candidate_2.wgsl
+// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_19.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
-// shaders/functions/sk_find_set_2.wgsl
+// shaders/functions/sk_filter_row.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -74,231 +75,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-        var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+        var order: u32 = rows[((row * 12u) + 5u)];
+        var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+        var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
-            // built by kernels::filters::filter_row
-            var sweeps: u32 = 0u;
-            var m: f32 = bitcast<f32>(4286578688u);
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                var sweep_n: u32 = (col_hi - col_lo);
-                for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    var li0: u32 = i0;
-                    var zx0: f32 = (0.0f);
-                    var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = (0.0f);
-                    var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = (0.0f);
-                    var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = (0.0f);
-                    if ((li3 < sweep_n)) {
-                        // built by kernels::filter_values::read_step
-                        var zx_at: u32 = ((base + col_lo) + i0);
-                        zx0 = sk_load_x(zx_at);
-                        zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
-                        zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
-                        zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
-                    } else {
-                        // built by kernels::filter_values::read_step
-                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
-                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
-                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
-                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
-                    }
-                    if ((li0 < sweep_n)) {
-                        sk_read_step_16(col_lo, li0, zx0, &m);
-                    }
-                    if ((li1 < sweep_n)) {
-                        sk_read_step_16(col_lo, li1, zx1, &m);
-                    }
-                    if ((li2 < sweep_n)) {
-                        sk_read_step_16(col_lo, li2, zx2, &m);
-                    }
-                    if ((li3 < sweep_n)) {
-                        sk_read_step_16(col_lo, li3, zx3, &m);
-                    }
-                }
-            }
-            var part_max: f32 = (0.0f);
-            part_max = sk_block_max_f32(sk_lid, m);
-            var mx: f32 = part_max;
-            var sel_key: u32 = 0u;
-            var sel_mask: u32 = 0u;
-            var sel_n: u32 = 0u;
-            var sel_tn: u32 = 0u;
-            var sel_m: u64 = 0lu;
-            var sel_tm: u64 = 0lu;
-            var row_mass: u64 = 0lu;
-            var lim: u64 = 18446744073709551615lu;
-            var tie_col: u32 = 4294967295u;
-            var mine: u32 = 0u;
-            var listed: bool = false;
-            var n_list: u32 = 0u;
-            var done: bool = false;
-            var sel_a: u32 = select(0u, 8u, k_first);
-            var digits: u32 = (sel_a + select(0u, 8u, searched));
-            for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_2(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
-            }
-            var s_key: u32 = sel_key;
-            var s_ties: u32 = 0u;
-            var tie_start: u32 = 0u;
-            if (searched) {
-                // built by kernels::filters::set_bounds
-                var tn64: u64 = u64(sel_tn);
-                var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e4: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e4)) + 1lu), tn64, sk_e4)));
-                s_ties = ties;
-            }
-            var tie_rank: u32 = 0u;
-            var all_mass: u64 = 0lu;
-            if (searched) {
-                // built by kernels::filters::find_set
-                if (done) {
-                    s_ties = 4294967295u;
-                }
-                if ((listed && (!done))) {
-                    if ((s_ties >= sel_tn)) {
-                        s_ties = 4294967295u;
-                    } else {
-                        mine = 0u;
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            var sweep_n: u32 = (col_hi - col_lo);
-                            {
-                                var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = c0;
-                                    var zx0: f32 = (0.0f);
-                                    var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = (0.0f);
-                                    var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = (0.0f);
-                                    var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = (0.0f);
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
-                                    } else {
-                                        // built by kernels::filter_values::read_step
-                                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
-                                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
-                                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
-                                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
-                                    }
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, &mine);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, &mine);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, &mine);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, &mine);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                var ties_before: u32 = 0u;
-                ties_before = sk_block_scan(sk_lid, mine);
-                tie_start = ties_before;
-            }
-            var km: u64 = 0lu;
-            tie_rank = tie_start;
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                var sweep_n: u32 = (col_hi - col_lo);
-                {
-                    var quads: u32 = ((sweep_n + 3u) >> 2u);
-                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = c0;
-                        var zx0: f32 = (0.0f);
-                        var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = (0.0f);
-                        var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = (0.0f);
-                        var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = (0.0f);
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
-                        } else {
-                            // built by kernels::filter_values::read_step
-                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
-                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
-                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
-                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
-                        }
-                        if ((li0 < sweep_n)) {
-                            sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
-                        }
-                        if ((li1 < sweep_n)) {
-                            sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
-                        }
-                        if ((li2 < sweep_n)) {
-                            sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
-                        }
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
-                        }
-                    }
-                }
-            }
-            var kept_mass: u64 = 0lu;
-            kept_mass = sk_block_sum_u64(sk_lid, km);
-            var kept_w: f32 = sk_fixed_f32(kept_mass);
-            tie_rank = tie_start;
-            sweeps = (sweeps + 1u);
-            {
-                // built by kernels::filters::sweep
-                var sweep_n: u32 = (col_hi - col_lo);
-                {
-                    var quads: u32 = ((sweep_n + 3u) >> 2u);
-                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = c0;
-                        var zx0: f32 = (0.0f);
-                        var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = (0.0f);
-                        var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = (0.0f);
-                        var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = (0.0f);
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
-                        } else {
-                            // built by kernels::filter_values::read_step
-                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
-                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
-                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
-                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
-                        }
-                        if ((li0 < sweep_n)) {
-                            sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
-                        }
-                        if ((li1 < sweep_n)) {
-                            sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
-                        }
-                        if ((li2 < sweep_n)) {
-                            sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
-                        }
-                        if ((li3 < sweep_n)) {
-                            sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
-                        }
-                    }
-                }
-            }
+            sk_filter_row(sk_lid, col_hi, col_lo, base, k_first, searched, mp_first, mp, kk, pp);
         }
     }
 }

@@ -92,11 +92,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_56.wgsl
 // shaders/functions/sk_read_step_40.wgsl
 // shaders/functions/sk_read_step_3.wgsl
-// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_select_in_range.wgsl
-// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_race_sweep_3.wgsl
-// shaders/functions/sk_read_step_6.wgsl
+// shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
 // shaders/functions/sk_read_step_47.wgsl
@@ -110,10 +109,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_one_8.wgsl
 // shaders/functions/sk_read_step_43.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_8.wgsl
 // shaders/functions/sk_read_step_44.wgsl
-// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_7.wgsl
 // shaders/functions/sk_read_step_46.wgsl
+// shaders/functions/sk_candidate.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_10.wgsl
 // shaders/functions/sk_read_step_48.wgsl
 // shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_write_results_as.wgsl
@@ -129,9 +130,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_attempt_cut_9.wgsl
 // shaders/functions/sk_cut_row_3.wgsl
 // shaders/functions/sk_merge_cut_3.wgsl
+// shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
-// shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_decide_4.wgsl
 // shaders/functions/sk_decide_5.wgsl
 // shaders/functions/sk_merge_row_5.wgsl
@@ -161,7 +162,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var order: u32 = rows[((row * 12u) + 5u)];
+            var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+            var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
             let sk_e0: u32 = (row * 12u);
             var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -171,7 +174,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e1: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e2: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -185,7 +188,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                 }
                 if (merges) {
-                    sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                    sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, mp_first, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                 }
             }
         }
@@ -212,7 +215,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var order: u32 = rows[((row * 12u) + 5u)];
+            var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+            var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
             let sk_e457: u32 = (row * 12u);
             var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e457 + 1u)] == 1u) && (rows[(sk_e457 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -221,7 +226,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e458: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e458 + 1u)] == 1u) && (rows[(sk_e458 + 6u)] == 1u)))));
+                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e458 + 1u)] == 1u) && (rows[(sk_e458 + 6u)] == 1u))))) && (!mp_first));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e459: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e459 + 1u)] == 1u) && (rows[(sk_e459 + 6u)] == 1u))));
@@ -256,7 +261,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                     }
                     if (merges) {
-                        sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                        sk_merge_kernel_2(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, temp, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, mp_first, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                     }
                 }
             }

@@ -85,30 +85,31 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_read_step_49.wgsl
 // shaders/functions/sk_read_step_11.wgsl
-// shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_cut_part_8.wgsl
 // shaders/functions/sk_select_in_range_5.wgsl
+// shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_read_step_13.wgsl
-// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_race_sweep_4.wgsl
-// shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_read_step_52.wgsl
 // shaders/functions/sk_rank_listed.wgsl
 // shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_select_step_4.wgsl
-// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_choose_bin_2.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_merge_row_3.wgsl
 // shaders/functions/sk_cut_part_9.wgsl
 // shaders/functions/sk_read_step_50.wgsl
-// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_read_step_51.wgsl
 // shaders/functions/sk_read_step_53.wgsl
+// shaders/functions/sk_candidate_2.wgsl
+// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_19.wgsl
 // shaders/functions/sk_race_one_5.wgsl
 // shaders/functions/sk_race_tied_range_2.wgsl
 // shaders/functions/sk_select_in_range_6.wgsl
@@ -158,7 +159,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var order: u32 = rows[((row * 12u) + 5u)];
+            var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+            var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
             let sk_e0: u32 = (row * 12u);
             var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -168,7 +171,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e1: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u)))));
+                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e2: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -189,7 +192,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                 }
                 if (merges) {
-                    sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                    sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, mp_first, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                 }
             }
         }
@@ -215,7 +218,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
             var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var order: u32 = rows[((row * 12u) + 5u)];
+            var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+            var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
             let sk_e243: u32 = (row * 12u);
             var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e243 + 1u)] == 1u) && (rows[(sk_e243 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
@@ -224,7 +229,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e244: u32 = (row * 12u);
-                var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e244 + 1u)] == 1u) && (rows[(sk_e244 + 6u)] == 1u)))));
+                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e244 + 1u)] == 1u) && (rows[(sk_e244 + 6u)] == 1u))))) && (!mp_first));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e245: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e245 + 1u)] == 1u) && (rows[(sk_e245 + 6u)] == 1u))));
@@ -259,7 +264,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         sk_merge_kernel(sk_lid, slot, parts, &top_p_cut, &min_p_raced);
                     }
                     if (merges) {
-                        sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
+                        sk_merge_kernel_3(sk_lid, one_read, top_p_cut, slot, parts, row, mp, base, pp, kk, noisy, min_p_raced, kc, k_first, capped, searched, mp_first, filtered, &reads_before, &col_hi, &col_lo, &one_read_done);
                     }
                 }
             }

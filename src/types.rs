@@ -70,7 +70,8 @@ pub struct RowParams {
     top_p: f32,
     /// Keep the tokens at least `min_p` times as likely as the most likely; 0: no min-p.
     min_p: f32,
-    /// [`crate::generated::ORDER_TOP_K_FIRST`], or 0 for joint.
+    /// [`crate::generated::ORDER_TOP_K_FIRST`], [`crate::generated::ORDER_MIN_P_FIRST`], or 0 for
+    /// joint.
     order: u32,
     /// [`crate::generated::HASH_SORTED_RANK`] ([`SeededHash::SortedRank`]), or 0.
     hash: u32,
@@ -175,6 +176,7 @@ impl RowParams {
         let order = match order {
             Order::Joint => 0,
             Order::TopKFirst => crate::generated::ORDER_TOP_K_FIRST,
+            Order::MinPFirst => crate::generated::ORDER_MIN_P_FIRST,
         };
         RowParams { order, ..self }
     }
@@ -211,7 +213,11 @@ impl RowParams {
             top_k: (self.top_k != 0 && self.top_k != NO_TOP_K).then_some(self.top_k as usize),
             top_p: if self.top_p > 0.0 && self.top_p < 1.0 { self.top_p as f64 } else { 1.0 },
             min_p: if self.min_p > 0.0 { self.min_p.min(1.0) as f64 } else { 0.0 },
-            order: if self.order == crate::generated::ORDER_TOP_K_FIRST { Order::TopKFirst } else { Order::Joint },
+            order: match self.order {
+                crate::generated::ORDER_TOP_K_FIRST => Order::TopKFirst,
+                crate::generated::ORDER_MIN_P_FIRST => Order::MinPFirst,
+                _ => Order::Joint,
+            },
         }
     }
     /// Whether any filter is set (top-k, top-p below 1 or min-p above 0).
@@ -232,8 +238,15 @@ impl RowParams {
     /// [hashes ranks](Self::hashes_ranks), which the cut cannot give.
     /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
     /// reads, then the filter kernel's body).
+    /// A row of min-p first with both min-p and top-p takes the filter kernel's passes: the
+    /// path's merge measures top-p on the top-k mass, not on what min-p keeps of it.
     pub fn takes_one_read(&self, vocab: usize) -> bool {
-        self.is_sampled() && (self.one_read_top_k(vocab) || self.capped(vocab)) && !self.cut_unranked(vocab)
+        let f = self.filters();
+        let min_p_first = f.order == Order::MinPFirst && f.min_p > 0.0 && f.top_p < 1.0;
+        self.is_sampled()
+            && (self.one_read_top_k(vocab) || self.capped(vocab))
+            && !self.cut_unranked(vocab)
+            && !min_p_first
     }
     /// Whether the row [takes the one-read path](Self::takes_one_read) for its top-p or its
     /// top-k above [`ONE_READ_TOP_K`]: where the set ends is found from a histogram of the first
@@ -262,13 +275,13 @@ impl RowParams {
     fn one_read_top_k(&self, vocab: usize) -> bool {
         self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K)
     }
-    /// Top-p, min-p or a top-k, without a top-k of at most [`ONE_READ_TOP_K`], and not top-k
-    /// first with a larger one and top-p (which needs the top-k mass).
+    /// Top-p, min-p or a top-k, without a top-k of at most [`ONE_READ_TOP_K`], and not top-p
+    /// after a prefix (which needs that prefix's mass).
     fn capped(&self, vocab: usize) -> bool {
         let f = self.filters();
         let k = f.top_k.filter(|&k| k < vocab);
-        let k_first = f.order == Order::TopKFirst && k.is_some() && f.top_p < 1.0;
-        k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0 || k.is_some())
+        let after = f.top_p_after_a_prefix(vocab);
+        k.unwrap_or(vocab) > ONE_READ_TOP_K && !after && (f.top_p < 1.0 || f.min_p > 0.0 || k.is_some())
     }
 }
 
@@ -324,8 +337,8 @@ impl Element for RowParams {
             if !(0.0..=1.0).contains(&p.min_p) {
                 return fail("min_p", p.min_p.to_string(), "must be in [0, 1]");
             }
-            if p.order > crate::generated::ORDER_TOP_K_FIRST {
-                return fail("order", p.order.to_string(), "must be 0 (joint) or 1 (top-k first)");
+            if p.order > crate::generated::ORDER_MIN_P_FIRST {
+                return fail("order", p.order.to_string(), "must be 0 (joint), 1 (top-k first) or 2 (min-p first)");
             }
             if p.hash > crate::generated::HASH_SORTED_RANK {
                 return fail("hash", p.hash.to_string(), "must be 0 (vocabulary id) or 1 (sorted rank)");
@@ -366,9 +379,13 @@ pub enum Order {
     /// SGLang's torch path: every filter on the original distribution; the set is their
     /// intersection.
     Joint,
-    /// vLLM's and FlashInfer's: top-p measured on the distribution renormalized over the top-k
-    /// set (min-p is a ratio to the maximum, which renormalizing does not change).
+    /// FlashInfer's: top-p measured on the distribution renormalized over the top-k set (min-p
+    /// is a ratio to the maximum, which renormalizing does not change, and is not in that mass).
     TopKFirst,
+    /// vLLM v1's: min-p first (a logits processor that drops the tokens below it), then top-k,
+    /// then top-p measured on the distribution renormalized over what min-p and top-k kept.
+    /// The same as [`Order::TopKFirst`] where min-p is off.
+    MinPFirst,
 }
 
 /// One row's filters.
@@ -388,6 +405,18 @@ impl Filters {
     /// Whether any filter can drop a token.
     pub fn is_active(&self) -> bool {
         self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
+    }
+    /// Whether top-p is measured on the mass of a prefix that another filter keeps first (a
+    /// top-k below `vocab` top-k first; a top-k or min-p, min-p first), rather than the row's:
+    /// the filter kernels find that mass with a select of its own before top-p's.
+    pub fn top_p_after_a_prefix(&self, vocab: usize) -> bool {
+        let k = self.top_k.is_some_and(|k| k < vocab);
+        self.top_p < 1.0
+            && match self.order {
+                Order::Joint => false,
+                Order::TopKFirst => k,
+                Order::MinPFirst => k || self.min_p > 0.0,
+            }
     }
 }
 

@@ -19,20 +19,25 @@ use sampling_kernels::{FilterOrder as Order, Filters};
 
 /// SEMANTICS.md per token: rank(j) counts the tokens ahead of j in (p desc, index asc); the mass
 /// ahead sums theirs. Top-k keeps rank < k; top-p keeps mass ahead <= top_p (of the top-k set's
-/// mass, renormalized, for top-k first); min-p keeps p >= min_p * p_max.
+/// mass, renormalized, for top-k first; of the mass of the tokens both top-k and min-p keep, for
+/// min-p first); min-p keeps p >= min_p * p_max.
 fn by_definition(p: &[f64], f: &Filters) -> Vec<bool> {
     let ahead = |i: usize, j: usize| p[i] > p[j] || (p[i] == p[j] && i < j);
     let rank = |j: usize| (0..p.len()).filter(|&i| p[i] > 0.0 && ahead(i, j)).count();
     let k = f.top_k.unwrap_or(usize::MAX);
     let in_top_k = |j: usize| rank(j) < k;
     let p_max = p.iter().cloned().fold(0.0, f64::max);
-    let top_k_mass: f64 = (0..p.len()).filter(|&i| p[i] > 0.0 && in_top_k(i)).map(|i| p[i]).sum();
-    let total: f64 = p.iter().filter(|&&x| x > 0.0).sum();
+    let by_min_p = |j: usize| p[j] >= f.min_p * p_max;
+    let mass_of = |keep: &dyn Fn(usize) -> bool| (0..p.len()).filter(|&i| p[i] > 0.0 && keep(i)).map(|i| p[i]).sum();
+    let reference: f64 = match f.order {
+        Order::TopKFirst => mass_of(&in_top_k),
+        Order::MinPFirst => mass_of(&|i| in_top_k(i) && by_min_p(i)),
+        _ => mass_of(&|_| true),
+    };
     (0..p.len())
         .map(|j| {
             let mass_ahead: f64 = (0..p.len()).filter(|&i| p[i] > 0.0 && ahead(i, j)).map(|i| p[i]).sum();
-            let reference = if f.order == Order::TopKFirst { top_k_mass } else { total };
-            p[j] > 0.0 && in_top_k(j) && mass_ahead <= f.top_p * reference && p[j] >= f.min_p * p_max
+            p[j] > 0.0 && in_top_k(j) && mass_ahead <= f.top_p * reference && by_min_p(j)
         })
         .collect()
 }
@@ -50,7 +55,7 @@ fn matches_the_definition_on_random_rows() {
             top_k: [None, Some(1), Some(1 + rng.below(vocab as u64 + 2) as usize)][case % 3],
             top_p: [1.0, 0.05 + rng.unit() * 0.95][case % 2],
             min_p: [0.0, rng.unit()][(case / 2) % 2],
-            order: [Order::Joint, Order::TopKFirst][(case / 4) % 2],
+            order: [Order::Joint, Order::TopKFirst, Order::MinPFirst][(case / 4) % 3],
         };
         let p = sampling_kernels::reference::softmax(&logits, &row);
         assert_eq!(kept(&p, &filters), by_definition(&p, &filters), "{logits:?} {filters:?}");
@@ -95,10 +100,12 @@ fn decided_within(p: &[f64], f: &Filters, near: f64) -> bool {
     order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
     let Some(&first) = order.first() else { return true };
     let by_k = f.top_k.map_or(order.len(), |k| k.min(order.len()));
+    let by_min_p = order.iter().take_while(|&&j| p[j] >= f.min_p * p[first]).count();
     let total: f64 = order.iter().map(|&j| p[j]).sum();
     let reference = match f.order {
         Order::Joint => total,
         Order::TopKFirst => order[..by_k].iter().map(|&j| p[j]).sum(),
+        Order::MinPFirst => order[..by_k.min(by_min_p)].iter().map(|&j| p[j]).sum(),
         other => panic!("filter order {other:?} has no reference in this test"),
     };
     let mut ahead = 0.0;
@@ -140,7 +147,7 @@ fn random_row(rng: &mut Rng, vocab: usize) -> Vec<f32> {
 }
 
 /// Random filters: top-k none, 1, in range or beyond; top-p 1, random or below the largest
-/// probability; min-p 0, random or 1; either order; the Philox race or the seeded one.
+/// probability; min-p 0, random or 1; any order; the Philox race or the seeded one.
 fn random_params(rng: &mut Rng, vocab: usize) -> RowParams {
     let t = [0.5, 0.7, 1.0, 1.5][rng.below(4) as usize];
     // One row in four is SGLang's seeded sampler, which races inside the same sets.
@@ -164,10 +171,11 @@ fn random_params(rng: &mut Rng, vocab: usize) -> RowParams {
         2 => row.with_min_p(1.0),
         _ => row.with_min_p((0.3 * rng.unit()) as f32),
     };
-    if rng.below(2) == 1 {
-        row = row.with_order(Order::TopKFirst);
+    match rng.below(3) {
+        0 => row,
+        1 => row.with_order(Order::TopKFirst),
+        _ => row.with_order(Order::MinPFirst),
     }
-    row
 }
 
 /// A batch of random rows of one vocabulary and stride: logits (padded), their parameters.
@@ -364,20 +372,33 @@ pub fn draws_follow_the_set<B: Backend + 'static>(b: &B) {
     }
 }
 
-/// The constructed row where the two orders differ: p = (0.4, 0.3, 0.2, 0.1), top-k 2, top-p
-/// 0.5. Joint keeps tokens 0 and 1 (0.4 ahead of token 1 is within 0.5 of the whole); top-k first
-/// keeps token 0 only (0.4 of the top-2 mass 0.7 is 0.57, beyond 0.5).
-pub fn joint_and_top_k_first_differ<B: Backend>(b: &B) {
+/// Constructed rows where the orders differ, p = (0.4, 0.3, 0.2, 0.1), worked by hand:
+/// - top-k 2, top-p 0.5: joint keeps tokens 0 and 1 (0.4 ahead of token 1 is within 0.5 of the
+///   whole); top-k first keeps token 0 only (0.4 of the top-2 mass 0.7 is 0.57, beyond 0.5);
+/// - top-k 3, top-p 0.5, min-p 0.6 (which keeps 0 and 1): top-k first keeps 0 and 1 (0.4 of
+///   the top-3 mass 0.9 is 0.44); min-p first keeps token 0 only, as vLLM v1 does (its min-p
+///   processor drops tokens 2 and 3, top-k 3 drops nothing more, and top-p on the renormalized
+///   (4/7, 3/7) drops token 1, whose ascending cumulative sum 3/7 is within 1 - 0.5).
+pub fn each_order_keeps_its_own_set<B: Backend>(b: &B) {
     let logits: Vec<f32> = [0.4f32, 0.3, 0.2, 0.1].iter().map(|p| p.ln()).collect();
-    let shape = Shape::dense(2, 4);
-    let x = b.upload(&[logits.clone(), logits].concat()).unwrap();
+    let shape = Shape::dense(4, 4);
+    let x = b.upload(&logits.repeat(4)).unwrap();
     let row = RowParams::new(1.0, 0, 0).with_top_k(2).with_top_p(0.5);
-    let rows = b.upload(&[row, row.with_order(Order::TopKFirst)]).unwrap();
-    let mut masked = b.zeros::<f32>(8).unwrap();
+    let with_min_p = RowParams::new(1.0, 0, 0).with_top_k(3).with_top_p(0.5).with_min_p(0.6);
+    let rows = [
+        row,
+        row.with_order(Order::TopKFirst),
+        with_min_p.with_order(Order::TopKFirst),
+        with_min_p.with_order(Order::MinPFirst),
+    ];
+    let rows = b.upload(&rows).unwrap();
+    let mut masked = b.zeros::<f32>(16).unwrap();
     b.mask_logits(shape, Logits::F32(&x), &rows, &mut masked).unwrap();
     let kept: Vec<bool> = b.download(&masked).unwrap().iter().map(|&v| v > f32::NEG_INFINITY).collect();
     assert_eq!(kept[..4], [true, true, false, false], "joint");
-    assert_eq!(kept[4..], [true, false, false, false], "top-k first");
+    assert_eq!(kept[4..8], [true, false, false, false], "top-k first");
+    assert_eq!(kept[8..12], [true, true, false, false], "top-k first, with min-p");
+    assert_eq!(kept[12..], [true, false, false, false], "min-p first");
 }
 
 /// The kernels count their reads of each row: a flat row (every token tied, so the select's
@@ -1274,7 +1295,7 @@ device_suites!(
     sets_match_the_oracle,
     tokens_lie_in_the_set,
     draws_follow_the_set,
-    joint_and_top_k_first_differ,
+    each_order_keeps_its_own_set,
     peaked_rows_take_fewer_passes,
     no_filter_is_the_plain_race,
     one_read_rows_read_once,
@@ -1290,4 +1311,4 @@ device_suites!(
     one_part_rows_merge_in_their_launch,
     rows_sample_alike_alone_and_in_a_batch
 );
-suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);
+suite!(cpu, crate::common::cpu, each_order_keeps_its_own_set, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -92,7 +92,7 @@ fn row_of_values(bytes: &mut Bytes, seed: u64, r: usize, vocab: usize) -> Vec<f3
 /// One row's parameters: greedy, the Philox race, seeded, seeded hashing ranks; a temperature
 /// from a palette (0, below and at SGLang's epsilon, small to large, one that overflows a
 /// logit); any of top-k, top-p, min-p from palettes of boundaries (1, the vocabulary, the
-/// one-read path's and the rank cap's edges), either order; one row in 32 an invalid value.
+/// one-read path's and the rank cap's edges), any order; one row in 32 an invalid value.
 fn row_params(bytes: &mut Bytes, vocab: usize) -> RowParams {
     let (mode, which) = (bytes.byte() % 4, bytes.byte());
     let t = bytes.pick(&[0.0, 1e-7, 1e-6, 1e-3, 0.5, 0.7, 1.0, 1.5, 2.0, 100.0, 1e-30]);
@@ -117,7 +117,8 @@ fn row_params(bytes: &mut Bytes, vocab: usize) -> RowParams {
         row = row.with_min_p(min_p);
     }
     if which & 8 != 0 {
-        row = row.with_order(FilterOrder::TopKFirst);
+        let order = if which & 16 != 0 { FilterOrder::MinPFirst } else { FilterOrder::TopKFirst };
+        row = row.with_order(order);
     }
     if which >> 4 == 15 {
         row = invalid(row, which);

@@ -31,16 +31,16 @@
                     sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -146,16 +146,16 @@
                             sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -188,16 +188,16 @@
                         sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

@@ -26,7 +26,7 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -35,16 +35,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_16(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_16(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_16(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_16(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -145,7 +145,7 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
                             /* built by kernels::filter_values::read_step */ \
                             zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -154,16 +154,16 @@
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_14(col_lo, li0, zx0, rk_key, rk_mine); \
+                            sk_read_step_13(col_lo, li0, zx0, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_14(col_lo, li1, zx1, rk_key, rk_mine); \
+                            sk_read_step_13(col_lo, li1, zx1, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_14(col_lo, li2, zx2, rk_key, rk_mine); \
+                            sk_read_step_13(col_lo, li2, zx2, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_14(col_lo, li3, zx3, rk_key, rk_mine); \
+                            sk_read_step_13(col_lo, li3, zx3, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -191,7 +191,7 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
                         /* built by kernels::filter_values::read_step */ \
                         zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -200,16 +200,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_12(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_12(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_12(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_12(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

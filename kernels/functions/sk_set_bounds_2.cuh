@@ -57,16 +57,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine); \
+                        sk_read_step_11(col_lo, li0, zx0, s_key, mx, mine); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine); \
+                        sk_read_step_11(col_lo, li1, zx1, s_key, mx, mine); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine); \
+                        sk_read_step_11(col_lo, li2, zx2, s_key, mx, mine); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine); \
+                        sk_read_step_11(col_lo, li3, zx3, s_key, mx, mine); \
                     } \
                 } \
             } \

@@ -14,7 +14,9 @@ fn sk_sample_2(row: u32, sk_io_skip: ptr<function, bool>) {
     var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
     var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
     var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
-    var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+    var order: u32 = rows[((row * 12u) + 5u)];
+    var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
+    var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
     let sk_e0: u32 = (row * 12u);
     var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
     skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));

@@ -49,16 +49,16 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
                     }
                 }
             }

@@ -14,10 +14,14 @@ use crate::types::{Filters, Order, RowParams};
 pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
     let order = order(probs);
     let by_k = filters.top_k.map_or(order.len(), |k| k.min(order.len()));
-    // Top-p's reference mass: the whole row (joint) or the top-k set (top-k first).
+    let largest = order.first().map_or(0.0, |&j| probs[j]);
+    let by_min_p = order.iter().take_while(|&&j| probs[j] >= filters.min_p * largest).count();
+    // Top-p's reference mass: the whole row (joint), the top-k set (top-k first), or what
+    // min-p and then top-k keep (min-p first).
     let total: f64 = match filters.order {
         Order::Joint => order.iter().map(|&j| probs[j]).sum(),
         Order::TopKFirst => order[..by_k].iter().map(|&j| probs[j]).sum(),
+        Order::MinPFirst => order[..by_k.min(by_min_p)].iter().map(|&j| probs[j]).sum(),
     };
     let mut before = 0.0;
     let by_p = order
@@ -28,8 +32,6 @@ pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
             keep
         })
         .count();
-    let largest = order.first().map_or(0.0, |&j| probs[j]);
-    let by_min_p = order.iter().take_while(|&&j| probs[j] >= filters.min_p * largest).count();
     let mut out = vec![false; probs.len()];
     for &j in &order[..by_k.min(by_p).min(by_min_p)] {
         out[j] = true;
@@ -52,16 +54,17 @@ pub fn kept_from_logits(logits: &[f64], row: &RowParams, filters: &Filters) -> V
 }
 
 /// The most times the filter kernels read a row with these filters: the maximum and the race,
-/// plus eight digit passes when top-k or top-p is active, plus eight more for top-k first with
-/// both (the top-k mass top-p is measured against). A row whose select narrows to a few
+/// plus eight digit passes when top-k or top-p is active, plus eight more where top-p is
+/// measured after a prefix (the mass of the top-k set, or of what min-p and top-k keep:
+/// [`Filters::top_p_after_a_prefix`]). A row whose select narrows to a few
 /// thousand candidates takes fewer: one read lists them in workgroup memory and the select goes
 /// on there (see `find_set` in `xtask/src/kernels/filters.rs`). The CPU backend reports this bound.
 pub fn passes(filters: &Filters, vocab: usize) -> u32 {
     let by_k = filters.top_k.is_some_and(|k| k < vocab);
     let by_p = filters.top_p < 1.0;
-    let selects = match (by_k, by_p, filters.order) {
-        (true, true, Order::TopKFirst) => 2,
-        (false, false, _) => 0,
+    let selects = match (by_k || by_p, filters.top_p_after_a_prefix(vocab)) {
+        (_, true) => 2,
+        (false, _) => 0,
         _ => 1,
     };
     2 + 8 * selects

@@ -68,8 +68,9 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             kernels::abi::STATUS_UNRANKED
         ));
         manifest.push_str(&format!(
-            "/// The order word's value for top-k first (else joint).\npub const ORDER_TOP_K_FIRST: u32 = {};\n/// The longest row the filter kernels take (their fixed-point masses must not overflow).\npub const FILTER_MAX_VOCAB: usize = {};\n\n",
+            "/// The order word's value for top-k first (0: joint).\npub const ORDER_TOP_K_FIRST: u32 = {};\n/// The order word's value for min-p first (vLLM v1's order).\npub const ORDER_MIN_P_FIRST: u32 = {};\n/// The longest row the filter kernels take (their fixed-point masses must not overflow).\npub const FILTER_MAX_VOCAB: usize = {};\n\n",
             filters::ORDER_TOP_K_FIRST,
+            filters::ORDER_MIN_P_FIRST,
             filters::MAX_VOCAB
         ));
     }

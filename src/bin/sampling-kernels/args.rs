@@ -35,8 +35,10 @@ pub enum BackendChoice {
 pub enum Order {
     /// Every filter on the original distribution (SGLang's torch path).
     Joint,
-    /// Top-p measured on the top-k set, renormalized (vLLM, FlashInfer).
+    /// Top-p measured on the top-k set, renormalized (FlashInfer).
     TopKFirst,
+    /// Min-p first, then top-k, then top-p measured on what both keep, renormalized (vLLM v1).
+    MinPFirst,
 }
 
 /// What the seeded sampler hashes inside the filters (`--hash`).
@@ -107,7 +109,7 @@ pub struct SampleArgs {
     /// Keep the tokens at least P times as likely as the most likely, P in [0, 1].
     #[arg(long, value_name = "P", conflicts_with = "logprobs")]
     pub min_p: Option<f32>,
-    /// How top-k and top-p combine: joint (SGLang) or top-k-first (vLLM, FlashInfer).
+    /// How the filters combine: joint (SGLang), top-k-first (FlashInfer) or min-p-first (vLLM v1).
     #[arg(long, value_enum, default_value = "joint")]
     pub order: Order,
     /// Also print each token's log-probability under the row's whole distribution (`null` for -inf).
@@ -181,6 +183,7 @@ impl SampleArgs {
         let order = match self.order {
             Order::Joint => FilterOrder::Joint,
             Order::TopKFirst => FilterOrder::TopKFirst,
+            Order::MinPFirst => FilterOrder::MinPFirst,
         };
         let filtered = |row: RowParams| {
             let row = self.top_k.map_or(row, |k| row.with_top_k(k));

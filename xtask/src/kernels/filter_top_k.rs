@@ -153,8 +153,9 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 /// largest, which decide it whenever its set is shorter than them: wherever the row has a clear
 /// maximum (Zipf rows at 0.8 keep 10 to 30 tokens at 0.05); a longer set, wherever the parts'
 /// own lists hold it, or their races (`filter_min_p.rs`). The others take the cut, which
-/// finds where top-p or top-k ends from the histogram. Top-k first with a top-k above [`CAP`]
-/// and top-p needs the top-k mass before the cut, which neither gives, and is not capped.
+/// finds where top-p or top-k ends from the histogram. Top-p after a prefix (top-k first with a
+/// top-k above [`CAP`], or min-p first) needs that prefix's mass before the cut, which neither
+/// gives, and is not capped.
 pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let fits = (quads_per_part(var("parts")) * u(4)).le(u(PART_COLS));
     let has_k = b.let_("has_k", Ty::Bool, var("kk").lt(param("vocab")));
@@ -164,8 +165,11 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
     let cut = capped.clone().and(var("pp").lt(f(1.0)).or(has_k));
     // The cut races the tokens above its range where they lie, unranked: a row that hashes
-    // ranks takes the filter kernel's body instead (`filter_rank.rs`).
+    // ranks takes the filter kernel's body instead (`filter_rank.rs`), and so does min-p first
+    // with min-p and top-p (the merge measures top-p on the top-k mass, not on what min-p
+    // keeps of it).
     let taken = var("filtered").and(by_k.or(capped.clone())).and(fits).and(cut.clone().and(row_is_ranked()).not());
+    let taken = taken.and(var("mp_first").not());
     let one = b.let_("one_read", Ty::Bool, taken);
     b.let_("top_p_cut", Ty::Bool, one.clone().and(cut.clone()));
     // Min-p alone takes the cut where its parts find its set longer than their lists

@@ -39,7 +39,7 @@
 //!
 //! Row record words (see `abi::word`): top_k (u32; 0 or at least the vocabulary: none),
 //! top_p (f32 bits; outside (0, 1): none), min_p (f32 bits; at most 0 or NaN: none; above 1:
-//! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
+//! 1), order (1: top-k first; 2: min-p first; else joint). A zeroed record is a plain row.
 
 use super::abi::{
     buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_ranked, row_is_seeded, row_temperature,
@@ -54,8 +54,10 @@ use super::seeded::{self, score64};
 use super::softmax::softmax_weight;
 use crate::ir::*;
 
-/// Order word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).
+/// Order word value: top-p measured on the top-k set (FlashInfer); else joint (SGLang).
 pub const ORDER_TOP_K_FIRST: u32 = 1;
+/// Order word value: min-p first, then top-k, then top-p measured on what both keep (vLLM v1).
+pub const ORDER_MIN_P_FIRST: u32 = 2;
 /// Bits resolved per digit pass, and the passes that resolve the 32-bit key.
 const DIGIT_BITS: u32 = 4;
 pub(super) const DIGITS: u32 = 1 << DIGIT_BITS;
@@ -286,9 +288,16 @@ fn weigh(b: &mut Block, input: Input) {
 
 /// [`element`] for the column `col`, weighed when its key matches the select's prefix: `ok`
 /// then says it is one of the prefix's tokens with probability (a candidate of the select).
+/// Min-p first: the first select's candidates are only the tokens min-p keeps, so its mass is
+/// that of the top-k of what min-p keeps (min-p keeps a prefix, so the two intersect as
+/// prefixes do).
 fn candidate(b: &mut Block, input: Input, x: Expr) {
     element(b, input, x);
-    b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+    b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| {
+        weigh(b, input);
+        let dropped = var("in_a").and(var("mp_first")).and(var("wv").lt(var("mp")));
+        b.if_(dropped, |b| b.set("ok", boolean(false)));
+    });
 }
 
 /// The largest value among this workgroup's tokens with probability, into the new `part_max`
@@ -466,8 +475,10 @@ pub(super) fn ties(b: &mut Block) {
 }
 
 /// The per-row filter settings, read and clamped so that any bits are safe: `kk` (top-k count,
-/// at most the vocabulary), `pp` (top-p in (0, 1]), `mp` (min-p in [0, 1]), `k_first` (top-k
-/// first, with both filters active) and `searched` (top-k or top-p is active: the select runs).
+/// at most the vocabulary), `pp` (top-p in (0, 1]), `mp` (min-p in [0, 1]), `k_first` (top-p
+/// measured after a prefix, `Filters::top_p_after_a_prefix`: a first select finds its mass),
+/// `mp_first` (min-p first with min-p and top-p: that select counts only what min-p keeps) and
+/// `searched` (top-k or top-p is active: the select runs).
 fn row_filters(b: &mut Block) {
     let k = b.let_("k_raw", Ty::U32, row_word(word::TOP_K));
     b.let_("kk", Ty::U32, select(k.clone().eq_(u(0)).or(k.clone().gt(param("vocab"))), param("vocab"), k));
@@ -478,8 +489,11 @@ fn row_filters(b: &mut Block) {
     let by_k = var("kk").lt(param("vocab"));
     let by_p = var("pp").lt(f(1.0));
     b.let_("searched", Ty::Bool, by_k.clone().or(by_p.clone()));
-    let k_first = row_word(word::ORDER).eq_(u(ORDER_TOP_K_FIRST));
-    b.let_("k_first", Ty::Bool, k_first.and(by_k).and(by_p));
+    let order = b.let_("order", Ty::U32, row_word(word::ORDER));
+    let mp_first = order.clone().eq_(u(ORDER_MIN_P_FIRST)).and(var("mp").gt(f(0.0)));
+    let mp_first = b.let_("mp_first", Ty::Bool, mp_first.and(by_p.clone()));
+    let k_first = order.clone().eq_(u(ORDER_TOP_K_FIRST)).or(order.eq_(u(ORDER_MIN_P_FIRST))).and(by_k);
+    b.let_("k_first", Ty::Bool, k_first.or(mp_first).and(by_p));
 }
 
 /// Whether the row has a filter that can change its token: the rows the filter kernels take
