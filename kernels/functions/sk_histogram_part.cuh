@@ -158,7 +158,7 @@
         float e_r = ec_r; \
         float e_above = ec_a_w; \
         float e_error = (7.6293945e-6f); \
-        if ((ec_cut <= 2u)) { \
+        if (((ec_cut <= 2u) && (fabsf(row_m) < (256.0f)))) { \
             sk_place_cut(row_m, parts, row_slot, ec_unit, pp, kk, e_shift, e_lo, e_hi, e_r, e_above, e_error); \
         } \
         unsigned int tail_n = (vocab - ec_n_total); \

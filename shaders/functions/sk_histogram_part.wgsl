@@ -158,7 +158,7 @@ fn sk_histogram_part(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
         var e_r: f32 = ec_r;
         var e_above: f32 = ec_a_w;
         var e_error: f32 = (7.6293945e-6f);
-        if ((ec_cut <= 2u)) {
+        if (((ec_cut <= 2u) && (abs(row_m) < (256.0f)))) {
             sk_place_cut(sk_lid, row_m, parts, row_slot, ec_unit, pp, kk, &e_shift, &e_lo, &e_hi, &e_r, &e_above, &e_error);
         }
         var tail_n: u32 = (params.vocab - ec_n_total);

@@ -133,8 +133,15 @@ const ROUNDER: f32 = 8_388_608.0;
 const MAGIC: f32 = 12_582_912.0;
 /// The largest `|z|` of a row from logits whose parts' bins [`estimate_cut`] places: the
 /// integer indices of [`histogram_part`] are the grids' within 2^16 of 0, and a part the
-/// estimate weighs lies within 32 of its row's largest.
+/// estimate weighs lies within 32 of its row's largest. The coarse grid's thresholds in f32
+/// (its origin `z 2^4` less a bin's count, `Grid::reaches`) are whole numbers there too.
 const PLACED: f32 = 32768.0;
+/// The largest `|z|` of a row whose cut [`estimate_cut`] places on the fine grid: its
+/// thresholds (the origin `z 2^15` less a bin's count) are the whole numbers they stand for
+/// only below 2^24, so within 2^8 of 0 (at most 2^23 plus the grid's bins). Past it (a flat
+/// row of logit 12 at T 0.01) a threshold rounds to a multiple of 2 or more and the set moves
+/// by a bin, so the cut keeps the coarse grid's range.
+const FINE_PLACED: f32 = 256.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array: the
@@ -299,7 +306,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     // of a floor by a power of two is the floor), each counted down from the grid's origin in
     // u32: a value past the bins wraps past them. From logits the index is `floor(z 2^15)` as
     // an i32, one conversion a value, which saturates: the indices are the grids' (those the cut
-    // compares in floats, `Grid::reaches`) wherever `z` lies within 2^16 of 0, so a row whose
+    // compares in floats, `Grid::reaches`) wherever `z` lies within 2^16 of 0, and a row whose
     // largest does not lie within 2^15 of 0 takes the filter kernel's body ([`estimate_cut`]),
     // and a part within the 32 units of such a row's largest that the estimate weighs has no
     // value outside (a lower one saturates far below the bins). From probabilities the index is
@@ -451,7 +458,11 @@ fn estimate_cut(b: &mut Block, input: Input) {
             b.let_("e_above", Ty::F32, coarse.above);
             b.let_("e_error", Ty::F32, f(COARSE.error(input)));
             // The fine grid's 1/32 lies within the coarse bins 0 to 2.
-            b.if_(coarse.bin.le(u(2)), |b| {
+            let fine_placed = match input {
+                Input::Logits(_) => mx.clone().abs().lt(f(FINE_PLACED)),
+                Input::Probs => boolean(true),
+            };
+            b.if_(coarse.bin.le(u(2)).and(fine_placed), |b| {
                 let (fine, _) = place_cut(b, input, &FINE, (mx.clone(), Some(unit)));
                 b.if_(fine.found, |b| {
                     b.set("e_shift", u(FINE.shift(input)));
@@ -1691,8 +1702,10 @@ mod tests {
     /// [`histogram_part`]'s integer bins from logits, as its IR computes them (a saturating
     /// floor, an arithmetic shift, u32 differences), against the grids' floats (`Grid::index`,
     /// `Grid::origin`, `Grid::edge`) in f64: the same bin on both grids for every value a part
-    /// of a placed row bins, and no bin for a value far below or for [`unbinned`]'s. It fails
-    /// with rows placed up to 70000 from 0 (a saturated index, another bin), or with the edge's
+    /// of a placed row bins, no bin for a value far below or for [`unbinned`]'s, and the cut's f32
+    /// thresholds whole. It fails with rows placed up to 70000 from 0 (a saturated index, another
+    /// bin), with the fine grid placed up to 32768 (a threshold of -244903936 for -244903935), or
+    /// with the edge's
     /// bits one short.
     #[test]
     fn integer_bins_are_the_grids() {
@@ -1725,6 +1738,19 @@ mod tests {
             let want = |s: u32, bins: u32| Some(origin(s) - index(s)).filter(|&b| b < bins as f64);
             assert_eq!(Some(g as f64).filter(|_| g < BINS), want(coarse, BINS), "coarse bin of {z} below {m}");
             assert_eq!(Some(gf as f64).filter(|_| gf < FINE_BINS), want(fine, FINE_BINS), "fine bin of {z}");
+            // The cut's thresholds in f32, the origin less a bin's count plus one (`cut_part`'s
+            // `r - lo + 1`), are the whole numbers they stand for: the coarse grid's in every
+            // placed row, the fine grid's where it is placed.
+            for (s, bins) in [(coarse, BINS), (fine, FINE_BINS)] {
+                if s == fine && m.abs() >= FINE_PLACED {
+                    continue;
+                }
+                let r = -(-m * (1u32 << s) as f32).floor();
+                for g in [0, 1, bins / 2, bins - 1, bins] {
+                    let t = r - g as f32 + 1.0;
+                    assert_eq!(t as f64, origin(s) - g as f64 + 1.0, "threshold {g} on grid {s} below {m}");
+                }
+            }
             // The edge above a coarse bin, from its index's bits.
             let above = f32::from_bits((ci as u32).wrapping_add(MAGIC.to_bits() + 1)) - MAGIC;
             assert_eq!(above as f64, index(coarse) + 1.0, "edge above {z}");
