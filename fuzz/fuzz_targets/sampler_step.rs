@@ -260,6 +260,22 @@ pub fn step(wgpu: &'static WgpuBackend, data: &[u8]) {
     }
 }
 
+/// The tight and loose sets widened by near ties: the device orders tokens on float32
+/// `z - max`, the oracle on float64 probabilities, so two tokens equal in one may not be in the
+/// other (logits 0 and -9e-41 weigh the same in float64 and differ in float32), and a set's
+/// edge may fall either side of tokens within `NEAR` of it. The loose set takes every token
+/// within `NEAR` of its least probability; the tight one keeps only those above the largest it
+/// leaves out by more than `NEAR`.
+fn near_ties(p: &[f64], mut tight: Vec<bool>, mut loose: Vec<bool>) -> (Vec<bool>, Vec<bool>) {
+    let least_in = (0..p.len()).filter(|&j| loose[j]).map(|j| p[j]).fold(f64::INFINITY, f64::min);
+    let most_out = (0..p.len()).filter(|&j| !tight[j]).map(|j| p[j]).fold(0.0, f64::max);
+    for j in 0..p.len() {
+        loose[j] |= p[j] > 0.0 && p[j] >= least_in * (1.0 - NEAR);
+        tight[j] &= p[j] > most_out * (1.0 + NEAR);
+    }
+    (tight, loose)
+}
+
 /// Whether two refusals are the same: the same kind, naming the same row and field or buffer.
 fn same_refusal(a: &Error, b: &Error) -> bool {
     match (a, b) {
@@ -273,10 +289,8 @@ fn same_refusal(a: &Error, b: &Error) -> bool {
 /// values: only as float32 may where the oracle is not decided with margin [`NEAR`].
 ///
 /// The oracle's kept set is bracketed by the sets of the filters tightened and loosened by
-/// `NEAR` (top-p's mass, min-p's ratio, and top-k's count by the tokens within `NEAR` of the
-/// k-th's probability): the device's set lies between them. The device orders on float32
-/// `z - max`, the oracle on float64 probabilities, so two tokens equal in one may not be in the
-/// other (logits 0 and -9e-41 weigh the same in float64, and differ in float32).
+/// `NEAR` (top-p's mass and min-p's ratio), then by the tokens within `NEAR` of their edges
+/// ([`near_ties`]): the device's set lies between them.
 /// The token must lie in the loose set, and no token of the tight set may beat it in the
 /// oracle's race scores by more than `NEAR` of their size. Greedy rows of the race compare the
 /// logits themselves, as the device does: no tolerance. A row that hashes ranks (a tight set
@@ -288,21 +302,14 @@ fn explained(values: &[f64], row: &RowParams, got: (u32, u32), want: (u32, u32))
     let p = softmax(values, row);
     let f = row.filters();
     let filtered = row.is_sampled() && f.is_active();
-    // The k-th largest probability, and top-k's count tightened (`side` 1) or loosened (-1).
-    let kth = f.top_k.filter(|&k| k > 0).and_then(|k| order(&p).get(k - 1).map(|&j| p[j]));
-    let top_k = |side: f64| match kth {
-        Some(pk) if side > 0.0 => Some(p.iter().filter(|&&x| x > pk * (1.0 + NEAR)).count()),
-        Some(pk) => Some(p.iter().filter(|&&x| x > 0.0 && x >= pk * (1.0 - NEAR)).count()),
-        None => f.top_k,
-    };
+    // Tightened (`side` 1) or loosened (-1).
     let scaled = |side: f64| Filters {
-        top_k: top_k(side),
         top_p: f.top_p * (1.0 - side * NEAR),
         min_p: (f.min_p * (1.0 + side * NEAR)).min(1.0),
         ..f
     };
     let (tight, loose) = if filtered {
-        (kept(&p, &scaled(1.0)), kept(&p, &scaled(-1.0)))
+        near_ties(&p, kept(&p, &scaled(1.0)), kept(&p, &scaled(-1.0)))
     } else {
         (vec![true; p.len()], vec![true; p.len()])
     };
