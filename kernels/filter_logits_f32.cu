@@ -69,8 +69,8 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_read_step_3.cuh"
 #include "functions/sk_read_step_4.cuh"
-#include "functions/sk_race_sweep.cuh"
 #include "functions/sk_read_step_5.cuh"
+#include "functions/sk_race_sweep.cuh"
 #include "functions/sk_gather.cuh"
 #include "functions/sk_read_step_6.cuh"
 #include "functions/sk_digit_counts.cuh"
@@ -179,8 +179,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e39 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e54 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e54 ? tn64 : (((lim - sel_m) / (sk_e54 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -240,8 +240,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             bool rank_done = false;
             bool rank_over = false;
             unsigned int rank_col = 4294967295u;
-            const unsigned int sk_e48 = (row * 12u);
-            if ((((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u)) && filtered)) {
+            const unsigned int sk_e67 = (row * 12u);
+            if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
                 sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
@@ -327,7 +327,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li0);
                                 float zv = (zx0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                                const float sk_e130 = ((ov == (0.0f)) ? (0.0f) : ov);
+                                unsigned int key = (sk_bitcast<unsigned int>(sk_e130) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e130) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -337,8 +338,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e95 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e95 : (zv + sk_e95)) : zv);
+                                    const float sk_e131 = sk_gumbel((w).x);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e131 : (zv + sk_e131)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -351,7 +352,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li1);
                                 float zv = (zx1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                                const float sk_e132 = ((ov == (0.0f)) ? (0.0f) : ov);
+                                unsigned int key = (sk_bitcast<unsigned int>(sk_e132) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e132) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -361,8 +363,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e96 = sk_gumbel((w).y);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e96 : (zv + sk_e96)) : zv);
+                                    const float sk_e133 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e133 : (zv + sk_e133)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -375,7 +377,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li2);
                                 float zv = (zx2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                                const float sk_e134 = ((ov == (0.0f)) ? (0.0f) : ov);
+                                unsigned int key = (sk_bitcast<unsigned int>(sk_e134) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e134) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -385,8 +388,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e97 = sk_gumbel((w).z);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e97 : (zv + sk_e97)) : zv);
+                                    const float sk_e135 = sk_gumbel((w).z);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e135 : (zv + sk_e135)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -399,7 +402,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li3);
                                 float zv = (zx3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                                const float sk_e136 = ((ov == (0.0f)) ? (0.0f) : ov);
+                                unsigned int key = (sk_bitcast<unsigned int>(sk_e136) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e136) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -409,8 +413,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e98 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e98 : (zv + sk_e98)) : zv);
+                                    const float sk_e137 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e137 : (zv + sk_e137)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -444,8 +448,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::abi::write_results_as
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e99 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e138 = sk_load_x((base + tok_at));
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -204,11 +204,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e18 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
+                        const float sk_e22 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                        const float sk_e23 = ((ov == (0.0f)) ? (0.0f) : ov);
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e23) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -226,11 +227,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e19 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                        const float sk_e24 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
+                        const float sk_e25 = ((ov == (0.0f)) ? (0.0f) : ov);
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -264,8 +266,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        const unsigned int sk_e20 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e26 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e26 == (sel_n + min(sel_tn, 64u))) || (!((sk_e26 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -288,8 +290,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e39 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e54 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e54 ? tn64 : (((lim - sel_m) / (sk_e54 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;

@@ -73,13 +73,13 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
-#include "functions/sk_read_step_32.cuh"
-#include "functions/sk_read_step_33.cuh"
+#include "functions/sk_read_step_34.cuh"
+#include "functions/sk_read_step_35.cuh"
 #include "functions/sk_race_part.cuh"
 #include "functions/sk_for_each_word.cuh"
 #include "functions/sk_for_each_word_2.cuh"
-#include "functions/sk_read_step_34.cuh"
-#include "functions/sk_read_step_35.cuh"
+#include "functions/sk_read_step_36.cuh"
+#include "functions/sk_read_step_37.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 #include "functions/sk_place_cut.cuh"
@@ -171,57 +171,57 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
                     float zx15 = (0.0f);
                     if ((li15 < n_cols)) {
-                        sk_read_step_34(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_36(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     } else {
-                        sk_read_step_35(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_37(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     }
                     {
-                        sk_read_step_33(zx0, temp, li0, n_cols, m);
+                        sk_read_step_35(zx0, temp, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx1, temp, li1, n_cols, m);
+                        sk_read_step_35(zx1, temp, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx2, temp, li2, n_cols, m);
+                        sk_read_step_35(zx2, temp, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx3, temp, li3, n_cols, m);
+                        sk_read_step_35(zx3, temp, li3, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx4, temp, li4, n_cols, m);
+                        sk_read_step_35(zx4, temp, li4, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx5, temp, li5, n_cols, m);
+                        sk_read_step_35(zx5, temp, li5, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx6, temp, li6, n_cols, m);
+                        sk_read_step_35(zx6, temp, li6, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx7, temp, li7, n_cols, m);
+                        sk_read_step_35(zx7, temp, li7, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx8, temp, li8, n_cols, m);
+                        sk_read_step_35(zx8, temp, li8, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx9, temp, li9, n_cols, m);
+                        sk_read_step_35(zx9, temp, li9, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx10, temp, li10, n_cols, m);
+                        sk_read_step_35(zx10, temp, li10, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx11, temp, li11, n_cols, m);
+                        sk_read_step_35(zx11, temp, li11, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx12, temp, li12, n_cols, m);
+                        sk_read_step_35(zx12, temp, li12, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx13, temp, li13, n_cols, m);
+                        sk_read_step_35(zx13, temp, li13, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx14, temp, li14, n_cols, m);
+                        sk_read_step_35(zx14, temp, li14, n_cols, m);
                     }
                     {
-                        sk_read_step_33(zx15, temp, li15, n_cols, m);
+                        sk_read_step_35(zx15, temp, li15, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);
@@ -323,14 +323,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e144 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e144 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e144 + 4u)]));
-                            const float sk_e147 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e145 = ((sk_e147 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e146 = (sk_e147 - mp_mx);
-                            const bool sk_e148 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e149 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e149 ? sk_e145 : (sk_e148 ? (0.0f) : sk_exp(sk_e146))) > (0.0f)) && ((sk_e149 ? sk_e145 : (sk_e148 ? (0.0f) : sk_exp(sk_e146))) >= mp)))) {
+                            const unsigned int sk_e162 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e162 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e162 + 4u)]));
+                            const float sk_e165 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e163 = ((sk_e165 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e164 = (sk_e165 - mp_mx);
+                            const bool sk_e166 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e167 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) > (0.0f)) && ((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

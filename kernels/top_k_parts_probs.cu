@@ -62,8 +62,8 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_race_part_2.cuh"
 #include "functions/sk_for_each_word_3.cuh"
 #include "functions/sk_for_each_word_4.cuh"
-#include "functions/sk_read_step_36.cuh"
-#include "functions/sk_read_step_37.cuh"
+#include "functions/sk_read_step_38.cuh"
+#include "functions/sk_read_step_39.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_histogram_part_2.cuh"
@@ -153,16 +153,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         zx3 = (sk_e7 ? sk_load_x(((base + col_lo) + (sk_e7 ? li3 : (n_cols - 1u)))) : (0.0f));
                     }
                     {
-                        sk_read_step_37(zx0, li0, n_cols, m);
+                        sk_read_step_39(zx0, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_37(zx1, li1, n_cols, m);
+                        sk_read_step_39(zx1, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_37(zx2, li2, n_cols, m);
+                        sk_read_step_39(zx2, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_37(zx3, li3, n_cols, m);
+                        sk_read_step_39(zx3, li3, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);
@@ -263,11 +263,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e48 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e48 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e48 + 4u)]));
-                            const float sk_e50 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e49 = ((sk_e50 == mp_mx) ? (1.0f) : (sk_e50 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e49 > (0.0f)) && (sk_e49 >= mp)))) {
+                            const unsigned int sk_e54 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e54 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e54 + 4u)]));
+                            const float sk_e56 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e55 = ((sk_e56 == mp_mx) ? (1.0f) : (sk_e56 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e55 > (0.0f)) && (sk_e55 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

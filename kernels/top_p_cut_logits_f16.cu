@@ -69,9 +69,9 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_load_quad_as_12.cuh"
 #include "functions/sk_race_one.cuh"
-#include "functions/sk_read_step_47.cuh"
+#include "functions/sk_read_step_53.cuh"
 #include "functions/sk_race_one_6.cuh"
-#include "functions/sk_read_step_55.cuh"
+#include "functions/sk_read_step_69.cuh"
 #include "functions/sk_cut_part_13.cuh"
 #include "functions/sk_cut_part_14.cuh"
 

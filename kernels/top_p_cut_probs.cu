@@ -62,7 +62,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_race_one_4.cuh"
 #include "functions/sk_cut_part_16.cuh"
-#include "functions/sk_read_step_52.cuh"
+#include "functions/sk_read_step_64.cuh"
 #include "functions/sk_race_one_7.cuh"
 #include "functions/sk_cut_part_17.cuh"
 #include "functions/sk_cut_part_18.cuh"
@@ -152,13 +152,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     float part_w_below = (0.0f);
                     part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == part_mx) ? (1.0f) : (max_below_v / part_mx))));
                     unsigned int part_min_above_not = 0u;
-                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    const float sk_e79 = ((min_above == (0.0f)) ? (0.0f) : min_above);
+                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e79) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_min_range_not = 0u;
-                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    const float sk_e80 = ((min_range == (0.0f)) ? (0.0f) : min_range);
+                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e80) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_max_range = 0u;
-                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
+                    const float sk_e81 = ((max_range_v == (0.0f)) ? (0.0f) : max_range_v);
+                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e81) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e81) >> 31u)) | 2147483648u))));
                     unsigned int part_max_below = 0u;
-                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
+                    const float sk_e82 = ((max_below_v == (0.0f)) ? (0.0f) : max_below_v);
+                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e82) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u))));
                     bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     float part_best = (0.0f);
                     unsigned int part_best_i = 0u;
@@ -207,8 +211,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        const unsigned int sk_e68 = (rt_col & 3u);
-                                        float score = (rt_z / sk_exponential(((sk_e68 == 3u) ? ((w4).w) : ((sk_e68 == 2u) ? ((w4).z) : ((sk_e68 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        const unsigned int sk_e84 = (rt_col & 3u);
+                                        float score = (rt_z / sk_exponential(((sk_e84 == 3u) ? ((w4).w) : ((sk_e84 == 2u) ? ((w4).z) : ((sk_e84 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -238,26 +242,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    const unsigned int sk_e69 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e69) ? li0 : (sk_e69 - 1u))));
-                                    const unsigned int sk_e70 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e70) ? li1 : (sk_e70 - 1u))));
-                                    const unsigned int sk_e71 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e71) ? li2 : (sk_e71 - 1u))));
-                                    const unsigned int sk_e72 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e72) ? li3 : (sk_e72 - 1u))));
+                                    const unsigned int sk_e85 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e85) ? li0 : (sk_e85 - 1u))));
+                                    const unsigned int sk_e86 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e86) ? li1 : (sk_e86 - 1u))));
+                                    const unsigned int sk_e87 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e87) ? li2 : (sk_e87 - 1u))));
+                                    const unsigned int sk_e88 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e88) ? li3 : (sk_e88 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                             }
                         }

@@ -77,8 +77,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_read_step_3.wgsl
 // shaders/functions/sk_read_step_4.wgsl
-// shaders/functions/sk_race_sweep.wgsl
 // shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_race_sweep.wgsl
 // shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_digit_counts.wgsl
@@ -187,8 +187,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e39: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
+                let sk_e54: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e54)) + 1lu), tn64, sk_e54)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -248,8 +248,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_done: bool = false;
             var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
-            let sk_e48: u32 = (row * 12u);
-            if ((((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u)) && filtered)) {
+            let sk_e67: u32 = (row * 12u);
+            if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
                 sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -335,7 +335,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e130: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e130) ^ (bitcast<u32>((bitcast<i32>(sk_e130) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -345,8 +346,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e95: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e95), sk_e95, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e131: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e131), sk_e131, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -359,7 +360,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e132: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e132) ^ (bitcast<u32>((bitcast<i32>(sk_e132) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -369,8 +371,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e96: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e96), sk_e96, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e133: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e133), sk_e133, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -383,7 +385,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e134: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e134) ^ (bitcast<u32>((bitcast<i32>(sk_e134) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -393,8 +396,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e97: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e97), sk_e97, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e135: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e135), sk_e135, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -407,7 +410,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e136: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e136) ^ (bitcast<u32>((bitcast<i32>(sk_e136) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -417,8 +421,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e98: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e98), sk_e98, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e137: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e137), sk_e137, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -452,8 +456,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e99: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e138: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -224,8 +224,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
                 var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-                let sk_e39: bool = all(tie_v == vec2<u32>(0u, 0u));
-                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e39)), vec2<u32>(1u, 0u)), tn64, sk_e39), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e39)), vec2<u32>(1u, 0u)), tn64, sk_e39)))).x;
+                let sk_e54: bool = all(tie_v == vec2<u32>(0u, 0u));
+                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e54)), vec2<u32>(1u, 0u)), tn64, sk_e54), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e54)), vec2<u32>(1u, 0u)), tn64, sk_e54)))).x;
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -322,7 +322,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e75: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e75) ^ (bitcast<u32>((bitcast<i32>(sk_e75) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -332,8 +333,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e56: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e56), sk_e56, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e76: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e76), sk_e76, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -346,7 +347,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e77: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e77) ^ (bitcast<u32>((bitcast<i32>(sk_e77) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -356,8 +358,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e57: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e57), sk_e57, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e78: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e78), sk_e78, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -370,7 +372,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e79: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e79) ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -380,8 +383,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e58: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e58), sk_e58, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e80: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e80), sk_e80, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -394,7 +397,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                                let sk_e81: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                                var key: u32 = (bitcast<u32>(sk_e81) ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -404,8 +408,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e59: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e59), sk_e59, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e82: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e82), sk_e82, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -436,8 +440,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e60: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e83: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

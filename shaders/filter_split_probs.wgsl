@@ -63,12 +63,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_30.wgsl
+// shaders/functions/sk_read_step_31.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_11.wgsl
+// shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_31.wgsl
+// shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_set_bounds_2.wgsl
 // shaders/functions/sk_decide_2.wgsl
 // shaders/functions/sk_stage_2.wgsl

@@ -194,11 +194,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e18: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                        let sk_e22: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e23: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e23) ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -216,11 +217,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e19: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                        let sk_e24: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e25: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -254,8 +256,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        let sk_e20: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e26: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e26 == (sel_n + min(sel_tn, 64u))) || (!((sk_e26 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -278,8 +280,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e39: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
+                let sk_e54: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e54)) + 1lu), tn64, sk_e54)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;

@@ -48,8 +48,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_read_step_14.wgsl
-// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_22.wgsl
 // shaders/functions/sk_candidate_2.wgsl
 // shaders/functions/sk_read_step_18.wgsl

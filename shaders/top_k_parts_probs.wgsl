@@ -58,8 +58,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_part_2.wgsl
 // shaders/functions/sk_for_each_word_3.wgsl
 // shaders/functions/sk_for_each_word_4.wgsl
-// shaders/functions/sk_read_step_36.wgsl
-// shaders/functions/sk_read_step_37.wgsl
+// shaders/functions/sk_read_step_38.wgsl
+// shaders/functions/sk_read_step_39.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
@@ -151,16 +151,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e7))), sk_e7);
                         }
                         {
-                            sk_read_step_37(zx0, li0, n_cols, &m);
+                            sk_read_step_39(zx0, li0, n_cols, &m);
                         }
                         {
-                            sk_read_step_37(zx1, li1, n_cols, &m);
+                            sk_read_step_39(zx1, li1, n_cols, &m);
                         }
                         {
-                            sk_read_step_37(zx2, li2, n_cols, &m);
+                            sk_read_step_39(zx2, li2, n_cols, &m);
                         }
                         {
-                            sk_read_step_37(zx3, li3, n_cols, &m);
+                            sk_read_step_39(zx3, li3, n_cols, &m);
                         }
                     }
                     var part_m: f32 = (0.0f);
@@ -249,15 +249,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e51: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e51 + 1u)] == 1u) && (rows[(sk_e51 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e57: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e57 + 1u)] == 1u) && (rows[(sk_e57 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e52: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e52 + 1u)] == 1u) && (rows[(sk_e52 + 6u)] == 1u))))) && (!mp_first));
+            let sk_e58: u32 = (row * 12u);
+            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e58 + 1u)] == 1u) && (rows[(sk_e58 + 6u)] == 1u))))) && (!mp_first));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e53: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e53 + 1u)] == 1u) && (rows[(sk_e53 + 6u)] == 1u))));
+            let sk_e59: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e59 + 1u)] == 1u) && (rows[(sk_e59 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);

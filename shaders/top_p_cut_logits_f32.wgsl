@@ -63,9 +63,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_load_quad_as_12.wgsl
 // shaders/functions/sk_race_one.wgsl
-// shaders/functions/sk_read_step_47.wgsl
+// shaders/functions/sk_read_step_53.wgsl
 // shaders/functions/sk_race_one_6.wgsl
-// shaders/functions/sk_read_step_55.wgsl
+// shaders/functions/sk_read_step_69.wgsl
 // shaders/functions/sk_cut_part_13.wgsl
 // shaders/functions/sk_cut_part_14.wgsl
 

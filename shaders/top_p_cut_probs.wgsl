@@ -62,7 +62,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_load_quad_as_13.wgsl
 // shaders/functions/sk_race_one_4.wgsl
 // shaders/functions/sk_cut_part_16.wgsl
-// shaders/functions/sk_read_step_52.wgsl
+// shaders/functions/sk_read_step_64.wgsl
 // shaders/functions/sk_race_one_7.wgsl
 // shaders/functions/sk_cut_part_17.wgsl
 // shaders/functions/sk_cut_part_18.wgsl
@@ -152,13 +152,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var part_w_below: f32 = (0.0f);
                     part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / part_mx), (1.0f), (max_below_v == part_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                     var part_min_above_not: u32 = 0u;
-                    part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                    let sk_e79: f32 = select(min_above, (0.0f), (min_above == (0.0f)));
+                    part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e79) ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                     var part_min_range_not: u32 = 0u;
-                    part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                    let sk_e80: f32 = select(min_range, (0.0f), (min_range == (0.0f)));
+                    part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e80) ^ (bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
                     var part_max_range: u32 = 0u;
-                    part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                    let sk_e81: f32 = select(max_range_v, (0.0f), (max_range_v == (0.0f)));
+                    part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e81) ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                     var part_max_below: u32 = 0u;
-                    part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                    let sk_e82: f32 = select(max_below_v, (0.0f), (max_below_v == (0.0f)));
+                    part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e82) ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                     var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     var part_best: f32 = (0.0f);
                     var part_best_i: u32 = 0u;
@@ -207,8 +211,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        let sk_e68: u32 = (rt_col & 3u);
-                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e68 == 1u)), w4[2], (sk_e68 == 2u)), w4[3], (sk_e68 == 3u))));
+                                        let sk_e84: u32 = (rt_col & 3u);
+                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e84 == 1u)), w4[2], (sk_e84 == 2u)), w4[3], (sk_e84 == 3u))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -238,26 +242,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    let sk_e69: u32 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e69 - 1u), li0, (li0 < sk_e69))));
-                                    let sk_e70: u32 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e70 - 1u), li1, (li1 < sk_e70))));
-                                    let sk_e71: u32 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e71 - 1u), li2, (li2 < sk_e71))));
-                                    let sk_e72: u32 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e72 - 1u), li3, (li3 < sk_e72))));
+                                    let sk_e85: u32 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e85 - 1u), li0, (li0 < sk_e85))));
+                                    let sk_e86: u32 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e86 - 1u), li1, (li1 < sk_e86))));
+                                    let sk_e87: u32 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e87 - 1u), li2, (li2 < sk_e87))));
+                                    let sk_e88: u32 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e88 - 1u), li3, (li3 < sk_e88))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_52(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                             }
                         }

@@ -1222,6 +1222,32 @@ pub fn tied_rows_far_from_zero_match_the_oracle<B: Backend>(b: &B) {
     assert_eq!(tokens, want, "tokens against the CPU oracle's");
 }
 
+/// +0 and -0 are one value: the kernels key them alike, as the oracle ranks them (tied, the
+/// lower index first), whichever sign the row's maximum comes out with. Rows of the two zeros
+/// either way round, under top-k 1 (the one-read path) and top-p 0.5 with top-k 1000 (the
+/// filter kernel's passes), from f32 logits at T 2. With -0 keyed below +0, a part whose
+/// largest came out as -0 left its +0 out: on lavapipe the row of [+0, -0] gave no token (the
+/// step fuzz target's finding, from f16).
+pub fn signed_zeros_are_one_value<B: Backend>(b: &B) {
+    let pairs = [[0.0f32, -0.0], [-0.0, 0.0]];
+    let rows: Vec<RowParams> = (0..4u64)
+        .map(|r| {
+            let row = RowParams::new(2.0, 0x2e40 + r, r);
+            if r < 2 {
+                row.with_top_k(1)
+            } else {
+                row.with_top_k(1000).with_top_p(0.5)
+            }
+        })
+        .collect();
+    let x: Vec<f32> = (0..rows.len()).flat_map(|r| pairs[r % 2]).collect();
+    let shape = Shape::dense(rows.len(), 2);
+    let (tokens, _, status, _) = sample_all(b, shape, &x, &rows);
+    assert_eq!(tokens, oracle_tokens(shape, &x, &rows), "tokens against the CPU oracle's");
+    assert_eq!(tokens, [0, 0, 0, 0], "the lower index of two tied values");
+    assert_eq!(status, [1, 1, 1, 1], "every row samples a token");
+}
+
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
 /// has its own launch where they do not (13 such rows: 104 parts, more than a wgpu adapter's 64
@@ -1333,6 +1359,7 @@ device_suites!(
     long_min_p_sets_read_once,
     one_part_rows_merge_in_their_launch,
     tied_rows_far_from_zero_match_the_oracle,
+    signed_zeros_are_one_value,
     rows_sample_alike_alone_and_in_a_batch
 );
 suite!(cpu, crate::common::cpu, each_order_keeps_its_own_set, no_filter_is_the_plain_race, draws_follow_the_set);

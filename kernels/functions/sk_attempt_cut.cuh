@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e195 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e195 ? tn64 : (((lim - sel_m) / (sk_e195 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e213 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e213 ? tn64 : (((lim - sel_m) / (sk_e213 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
@@ -18,8 +18,8 @@
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e196 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e196 ? tn64 : (((lim - sel_m) / (sk_e196 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e214 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e214 ? tn64 : (((lim - sel_m) / (sk_e214 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
         sel_m = t_sel_m; \
         lim = t_lim; \
@@ -48,8 +48,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e197 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e197 > best) || ((sk_e197 == best) && (w_i < best_i)))) { \
+                    const float sk_e215 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e215 > best) || ((sk_e215 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -58,12 +58,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e199 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e198 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e199 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e199 + 0u)])))); \
-                    if (((sk_e198 > best64) || ((sk_e198 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e217 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e216 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e217 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e217 + 0u)])))); \
+                    if (((sk_e216 > best64) || ((sk_e216 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e200 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e200 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e200 + 0u)])))); \
+                        const unsigned int sk_e218 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e218 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e218 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -94,11 +94,12 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e201 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
+            const float sk_e219 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e219) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e219); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const float sk_e220 = ((tov == (0.0f)) ? (0.0f) : tov); \
+            if ((((sk_bitcast<unsigned int>(sk_e220) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 t_mine = (t_mine + 1u); \
             } \
         } \
@@ -106,11 +107,12 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e202 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202); \
+            const float sk_e221 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e221) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e221); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const float sk_e222 = ((tov == (0.0f)) ? (0.0f) : tov); \
+            if ((((sk_bitcast<unsigned int>(sk_e222) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
                         sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i); \

@@ -15,8 +15,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e177 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e177 ? tn64 : (((lim - sel_m) / (sk_e177 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e194 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e194 ? tn64 : (((lim - sel_m) / (sk_e194 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -29,12 +29,12 @@
         unsigned int ri_key = 0u; \
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
             /* built by kernels::filter_top_p::select_in_range */ \
-            const unsigned int sk_e178 = (ti / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e178) * 1317u) + (5u + ((ti - (sk_e178 * 640u)) * 2u)))]); \
+            const unsigned int sk_e195 = (ti / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e195) * 1317u) + (5u + ((ti - (sk_e195 * 640u)) * 2u)))]); \
         } \
         unsigned int tk_key = ri_key; \
-        const unsigned int sk_e179 = (ti / 640u); \
-        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e179) * 1317u) + (6u + ((ti - (sk_e179 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+        const unsigned int sk_e196 = (ti / 640u); \
+        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e196) * 1317u) + (6u + ((ti - (sk_e196 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
         if ((tk != 0u)) { \
             unsigned int t_in = (t_top - tk); \
             unsigned int t_d = t_in; \
@@ -68,12 +68,12 @@
                     unsigned int ri_key = 0u; \
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                         /* built by kernels::filter_top_p::select_in_range */ \
-                        const unsigned int sk_e180 = (ti / 640u); \
-                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e180) * 1317u) + (5u + ((ti - (sk_e180 * 640u)) * 2u)))]); \
+                        const unsigned int sk_e197 = (ti / 640u); \
+                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e197) * 1317u) + (5u + ((ti - (sk_e197 * 640u)) * 2u)))]); \
                     } \
                     unsigned int tk_key = ri_key; \
-                    const unsigned int sk_e181 = (ti / 640u); \
-                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e181) * 1317u) + (6u + ((ti - (sk_e181 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+                    const unsigned int sk_e198 = (ti / 640u); \
+                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e198) * 1317u) + (6u + ((ti - (sk_e198 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
                         sk_within(t_top, t_span_from, tk, t_span); \
                     } \
@@ -85,8 +85,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e182 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e182 < 464u) ? (select_scratch[min(sk_e182, 463u)]) : 0u)); \
+                const unsigned int sk_e199 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e199 < 464u) ? (select_scratch[min(sk_e199, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -119,12 +119,12 @@
             unsigned int ri_key = 0u; \
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e184 = (ti / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e184) * 1317u) + (5u + ((ti - (sk_e184 * 640u)) * 2u)))]); \
+                const unsigned int sk_e201 = (ti / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e201) * 1317u) + (5u + ((ti - (sk_e201 * 640u)) * 2u)))]); \
             } \
             unsigned int tk_key = ri_key; \
-            const unsigned int sk_e185 = (ti / 640u); \
-            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e185) * 1317u) + (6u + ((ti - (sk_e185 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+            const unsigned int sk_e202 = (ti / 640u); \
+            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e202) * 1317u) + (6u + ((ti - (sk_e202 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
             if ((tk != 0u)) { \
                 sk_within_2(t_top, t_list_lo, tk, t_list_width); \
             } \
@@ -154,12 +154,12 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e186 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e186) * 1317u) + (5u + ((i - (sk_e186 * 640u)) * 2u)))]); \
+            const unsigned int sk_e203 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e203) * 1317u) + (5u + ((i - (sk_e203 * 640u)) * 2u)))]); \
         } \
         unsigned int rk = ri_key; \
-        const unsigned int sk_e187 = (i / 640u); \
-        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e187) * 1317u) + (6u + ((i - (sk_e187 * 640u)) * 2u)))]); \
+        const unsigned int sk_e204 = (i / 640u); \
+        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e204) * 1317u) + (6u + ((i - (sk_e204 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) { \
             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
@@ -175,11 +175,12 @@
         sk_block_argmax_f64(best64, best64_i, sk_win64, sk_tok64); \
         unsigned int sk_tok = (cut_seeded ? sk_tok64 : sk_tok32); \
         bool sk_valid = (sk_tok < vocab); \
-        const float sk_e191 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
-        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191); \
+        const float sk_e208 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
+        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e208) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e208); \
         float sk_z = (sk_z_x / temp); \
-        const float sk_e192 = (sk_z - cut_mx); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e192) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e192) >> 31u)) | 2147483648u)); \
+        const float sk_e210 = (sk_z - cut_mx); \
+        const float sk_e209 = ((sk_e210 == (0.0f)) ? (0.0f) : sk_e210); \
+        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e209) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \
@@ -187,12 +188,12 @@
             unsigned int ri_key = 0u; \
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e193 = (i / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e193) * 1317u) + (5u + ((i - (sk_e193 * 640u)) * 2u)))]); \
+                const unsigned int sk_e211 = (i / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e211) * 1317u) + (5u + ((i - (sk_e211 * 640u)) * 2u)))]); \
             } \
             unsigned int sk_k = ri_key; \
-            const unsigned int sk_e194 = (i / 640u); \
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e194) * 1317u) + (6u + ((i - (sk_e194 * 640u)) * 2u)))]) < sk_tok))))) { \
+            const unsigned int sk_e212 = (i / 640u); \
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e212) * 1317u) + (6u + ((i - (sk_e212 * 640u)) * 2u)))]) < sk_tok))))) { \
                 sk_ahead = (sk_ahead + sk_fixed(sk_exp_nonpositive(sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)))))); \
             } \
         } \

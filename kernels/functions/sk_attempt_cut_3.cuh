@@ -32,8 +32,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e167 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e167 ? tn64 : (((lim - sel_m) / (sk_e167 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e183 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e183 ? tn64 : (((lim - sel_m) / (sk_e183 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -86,8 +86,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e168 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e168 < 464u) ? (select_scratch[min(sk_e168, 463u)]) : 0u)); \
+                const unsigned int sk_e184 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e184 < 464u) ? (select_scratch[min(sk_e184, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -161,11 +161,12 @@
         sk_block_argmax_f64(best64, best64_i, sk_win64, sk_tok64); \
         unsigned int sk_tok = (cut_seeded ? sk_tok64 : sk_tok32); \
         bool sk_valid = (sk_tok < vocab); \
-        const float sk_e173 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
-        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173); \
+        const float sk_e189 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
+        float sk_z_x = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189); \
         float sk_z = (sk_z_x / temp); \
-        const float sk_e174 = (sk_z - cut_mx); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e174) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e174) >> 31u)) | 2147483648u)); \
+        const float sk_e191 = (sk_z - cut_mx); \
+        const float sk_e190 = ((sk_e191 == (0.0f)) ? (0.0f) : sk_e191); \
+        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e190) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e190) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \

@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e135 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e135 ? tn64 : (((lim - sel_m) / (sk_e135 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e153 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e153 ? tn64 : (((lim - sel_m) / (sk_e153 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
@@ -18,14 +18,14 @@
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e136 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e136 ? tn64 : (((lim - sel_m) / (sk_e136 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e154 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e154 ? tn64 : (((lim - sel_m) / (sk_e154 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
         sel_m = t_sel_m; \
         lim = t_lim; \
     } \
-    const float sk_e137 = sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-    bool t_min_p = ((mp <= (0.0f)) || (((sk_e137 == cut_mx) ? (1.0f) : (sk_e137 / cut_mx)) >= mp)); \
+    const float sk_e155 = sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+    bool t_min_p = ((mp <= (0.0f)) || (((sk_e155 == cut_mx) ? (1.0f) : (sk_e155 / cut_mx)) >= mp)); \
     unsigned int t_kept = (t_min_p ? ties : 0u); \
     unsigned int t_unsure = (t_kept - (t_min_p ? t_least : 0u)); \
     unsigned int t_part = 0u; \
@@ -49,8 +49,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e138 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e138 > best) || ((sk_e138 == best) && (w_i < best_i)))) { \
+                    const float sk_e156 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e156 > best) || ((sk_e156 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -59,12 +59,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e140 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e139 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e140 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e140 + 0u)])))); \
-                    if (((sk_e139 > best64) || ((sk_e139 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e158 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e157 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e158 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e158 + 0u)])))); \
+                    if (((sk_e157 > best64) || ((sk_e157 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e141 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e141 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e141 + 0u)])))); \
+                        const unsigned int sk_e159 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e159 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e159 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -98,7 +98,8 @@
             float tz_x = sk_load_x((base + col)); \
             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f)); \
             float tov = tz; \
-            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
+            const float sk_e160 = ((tov == (0.0f)) ? (0.0f) : tov); \
+            if ((((sk_bitcast<unsigned int>(sk_e160) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
                 t_mine = (t_mine + 1u); \
             } \
         } \
@@ -109,7 +110,8 @@
             float tz_x = sk_load_x((base + col)); \
             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f)); \
             float tov = tz; \
-            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
+            const float sk_e161 = ((tov == (0.0f)) ? (0.0f) : tov); \
+            if ((((sk_bitcast<unsigned int>(sk_e161) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
                         sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \

@@ -15,8 +15,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e119 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e119 ? tn64 : (((lim - sel_m) / (sk_e119 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e136 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e136 ? tn64 : (((lim - sel_m) / (sk_e136 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -29,12 +29,12 @@
         unsigned int ri_key = 0u; \
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
             /* built by kernels::filter_top_p::select_in_range */ \
-            const unsigned int sk_e120 = (ti / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e120) * 1317u) + (5u + ((ti - (sk_e120 * 640u)) * 2u)))]); \
+            const unsigned int sk_e137 = (ti / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e137) * 1317u) + (5u + ((ti - (sk_e137 * 640u)) * 2u)))]); \
         } \
         unsigned int tk_key = ri_key; \
-        const unsigned int sk_e121 = (ti / 640u); \
-        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e121) * 1317u) + (6u + ((ti - (sk_e121 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+        const unsigned int sk_e138 = (ti / 640u); \
+        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e138) * 1317u) + (6u + ((ti - (sk_e138 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
         if ((tk != 0u)) { \
             unsigned int t_in = (t_top - tk); \
             unsigned int t_d = t_in; \
@@ -68,12 +68,12 @@
                     unsigned int ri_key = 0u; \
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                         /* built by kernels::filter_top_p::select_in_range */ \
-                        const unsigned int sk_e122 = (ti / 640u); \
-                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e122) * 1317u) + (5u + ((ti - (sk_e122 * 640u)) * 2u)))]); \
+                        const unsigned int sk_e139 = (ti / 640u); \
+                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e139) * 1317u) + (5u + ((ti - (sk_e139 * 640u)) * 2u)))]); \
                     } \
                     unsigned int tk_key = ri_key; \
-                    const unsigned int sk_e123 = (ti / 640u); \
-                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e123) * 1317u) + (6u + ((ti - (sk_e123 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+                    const unsigned int sk_e140 = (ti / 640u); \
+                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e140) * 1317u) + (6u + ((ti - (sk_e140 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
                         sk_within(t_top, t_span_from, tk, t_span); \
                     } \
@@ -85,8 +85,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e124 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e124 < 464u) ? (select_scratch[min(sk_e124, 463u)]) : 0u)); \
+                const unsigned int sk_e141 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e141 < 464u) ? (select_scratch[min(sk_e141, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -119,12 +119,12 @@
             unsigned int ri_key = 0u; \
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e126 = (ti / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e126) * 1317u) + (5u + ((ti - (sk_e126 * 640u)) * 2u)))]); \
+                const unsigned int sk_e143 = (ti / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e143) * 1317u) + (5u + ((ti - (sk_e143 * 640u)) * 2u)))]); \
             } \
             unsigned int tk_key = ri_key; \
-            const unsigned int sk_e127 = (ti / 640u); \
-            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e127) * 1317u) + (6u + ((ti - (sk_e127 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+            const unsigned int sk_e144 = (ti / 640u); \
+            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e144) * 1317u) + (6u + ((ti - (sk_e144 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
             if ((tk != 0u)) { \
                 sk_within_2(t_top, t_list_lo, tk, t_list_width); \
             } \
@@ -154,12 +154,12 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e128 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e128) * 1317u) + (5u + ((i - (sk_e128 * 640u)) * 2u)))]); \
+            const unsigned int sk_e145 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e145) * 1317u) + (5u + ((i - (sk_e145 * 640u)) * 2u)))]); \
         } \
         unsigned int rk = ri_key; \
-        const unsigned int sk_e129 = (i / 640u); \
-        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e129) * 1317u) + (6u + ((i - (sk_e129 * 640u)) * 2u)))]); \
+        const unsigned int sk_e146 = (i / 640u); \
+        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e146) * 1317u) + (6u + ((i - (sk_e146 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp)))) { \
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
@@ -177,7 +177,8 @@
         bool sk_valid = (sk_tok < vocab); \
         float sk_z_x = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
         float sk_z = (((sk_z_x > (0.0f)) && (sk_z_x < sk_bitcast<float>(2139095040u))) ? sk_z_x : (0.0f)); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_z) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_z) >> 31u)) | 2147483648u)); \
+        const float sk_e149 = ((sk_z == (0.0f)) ? (0.0f) : sk_z); \
+        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e149) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e149) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \
@@ -185,14 +186,14 @@
             unsigned int ri_key = 0u; \
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e132 = (i / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e132) * 1317u) + (5u + ((i - (sk_e132 * 640u)) * 2u)))]); \
+                const unsigned int sk_e150 = (i / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e150) * 1317u) + (5u + ((i - (sk_e150 * 640u)) * 2u)))]); \
             } \
             unsigned int sk_k = ri_key; \
-            const unsigned int sk_e133 = (i / 640u); \
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e133) * 1317u) + (6u + ((i - (sk_e133 * 640u)) * 2u)))]) < sk_tok))))) { \
-                const float sk_e134 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                sk_ahead = (sk_ahead + sk_fixed(((sk_e134 == cut_mx) ? (1.0f) : (sk_e134 / cut_mx)))); \
+            const unsigned int sk_e151 = (i / 640u); \
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e151) * 1317u) + (6u + ((i - (sk_e151 * 640u)) * 2u)))]) < sk_tok))))) { \
+                const float sk_e152 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                sk_ahead = (sk_ahead + sk_fixed(((sk_e152 == cut_mx) ? (1.0f) : (sk_e152 / cut_mx)))); \
             } \
         } \
         unsigned long long sk_ahead_all = 0ull; \

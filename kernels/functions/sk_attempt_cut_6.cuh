@@ -32,8 +32,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e110 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e110 ? tn64 : (((lim - sel_m) / (sk_e110 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e126 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e126 ? tn64 : (((lim - sel_m) / (sk_e126 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -86,8 +86,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e111 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e111 < 464u) ? (select_scratch[min(sk_e111, 463u)]) : 0u)); \
+                const unsigned int sk_e127 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e127 < 464u) ? (select_scratch[min(sk_e127, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -163,14 +163,15 @@
         bool sk_valid = (sk_tok < vocab); \
         float sk_z_x = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
         float sk_z = (((sk_z_x > (0.0f)) && (sk_z_x < sk_bitcast<float>(2139095040u))) ? sk_z_x : (0.0f)); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_z) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_z) >> 31u)) | 2147483648u)); \
+        const float sk_e131 = ((sk_z == (0.0f)) ? (0.0f) : sk_z); \
+        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e131) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e131) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \
             unsigned int sk_k = listed_cols[i]; \
             if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (listed_cols[(i + 2048u)] < sk_tok))))) { \
-                const float sk_e115 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                sk_ahead = (sk_ahead + sk_fixed(((sk_e115 == cut_mx) ? (1.0f) : (sk_e115 / cut_mx)))); \
+                const float sk_e132 = sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                sk_ahead = (sk_ahead + sk_fixed(((sk_e132 == cut_mx) ? (1.0f) : (sk_e132 / cut_mx)))); \
             } \
         } \
         unsigned long long sk_ahead_all = 0ull; \

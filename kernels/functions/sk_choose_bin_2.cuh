@@ -3,8 +3,8 @@
 // `sk_choose_bin_2`, included by each kernel that calls it
 #define sk_choose_bin_2(t_lo, tj, t_want, t_above, t_run, t_my_bin, t_my_above, t_my_at) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e112 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e112 < 464u) ? (select_scratch[min(sk_e112, 463u)]) : 0u); \
+    const unsigned int sk_e128 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e128 < 464u) ? (select_scratch[min(sk_e128, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         t_my_bin = ((t_lo + tj) + 1u); \
         t_my_above = (t_run - t_above); \

@@ -45,22 +45,23 @@
             zx3 = (sk_e20 ? sk_load_x(((base + col_lo) + (sk_e20 ? li3 : (n_cols - 1u)))) : (0.0f)); \
         } \
         { \
-            sk_read_step_36(zx0, li0, n_cols, m); \
+            sk_read_step_38(zx0, li0, n_cols, m); \
         } \
         { \
-            sk_read_step_36(zx1, li1, n_cols, m); \
+            sk_read_step_38(zx1, li1, n_cols, m); \
         } \
         { \
-            sk_read_step_36(zx2, li2, n_cols, m); \
+            sk_read_step_38(zx2, li2, n_cols, m); \
         } \
         { \
-            sk_read_step_36(zx3, li3, n_cols, m); \
+            sk_read_step_38(zx3, li3, n_cols, m); \
         } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
     __syncthreads(); \
-    unsigned int top_key = (sk_bitcast<unsigned int>(part_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(part_m) >> 31u)) | 2147483648u)); \
+    const float sk_e25 = ((part_m == (0.0f)) ? (0.0f) : part_m); \
+    unsigned int top_key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
     for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
@@ -89,7 +90,8 @@
     if ((mr_row && ((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))))) { \
         /* built by kernels::filter_min_p::races */ \
         float mr_floor_v = ((mp * part_m) * (0.99999905f)); \
-        mr_band = (sk_bitcast<unsigned int>(mr_floor_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(mr_floor_v) >> 31u)) | 2147483648u)); \
+        const float sk_e26 = ((mr_floor_v == (0.0f)) ? (0.0f) : mr_floor_v); \
+        mr_band = (sk_bitcast<unsigned int>(sk_e26) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e26) >> 31u)) | 2147483648u)); \
         unsigned int t_d = (top_key - mr_band); \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
         unsigned int t_near_bin = ((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u))); \
@@ -98,8 +100,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e21 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e21 < t_near_bin) ? ((sk_e21 < 464u) ? (part_hist[min(sk_e21, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e27 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e27 < t_near_bin) ? ((sk_e27 < 464u) ? (part_hist[min(sk_e27, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -126,23 +128,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e22 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e28 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e28 < n_cols) ? (part_keys[min(sk_e28, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e23 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e23 < n_cols) ? (part_keys[min(sk_e23, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e29 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e29 < n_cols) ? (part_keys[min(sk_e29, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e24 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e24 < n_cols) ? (part_keys[min(sk_e24, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e30 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e30 < n_cols) ? (part_keys[min(sk_e30, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e25 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e25 < n_cols) ? (part_keys[min(sk_e25, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e31 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -179,20 +181,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e34 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e40 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e40 < n_cols) ? (part_keys[min(sk_e40, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e35 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e35 < n_cols) ? (part_keys[min(sk_e35, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e41 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e41 < n_cols) ? (part_keys[min(sk_e41, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e36 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e36 < n_cols) ? (part_keys[min(sk_e36, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e42 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e42 < n_cols) ? (part_keys[min(sk_e42, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e37 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e37 < n_cols) ? (part_keys[min(sk_e37, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e43 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e43 < n_cols) ? (part_keys[min(sk_e43, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

@@ -18,8 +18,8 @@
         float zx2 = (0.0f); \
         float zx3 = (0.0f); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e11 = (col_lo + i0); \
-        if (((sk_e11 < col_hi) && ((col_hi - sk_e11) >= 4u))) { \
+        const unsigned int sk_e15 = (col_lo + i0); \
+        if (((sk_e15 < col_hi) && ((col_hi - sk_e15) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
             zx0 = sk_load_x((size_t)(zx_at) + 0u); \
             zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -65,11 +65,11 @@
         if ((cut_race != 0u)) { \
             /* built by kernels::filter_top_p::cut_part */ \
             cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-            const float sk_e20 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-            if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (((sk_e20 == part_mx) ? (1.0f) : (sk_e20 / part_mx)) >= mp)))) { \
-                const float sk_e22 = sk_uniform((cw4).x); \
-                const float sk_e21 = ((zx0 * __fdividef(sk_e22, ((1.0f) - sk_e22))) * (0.99998474f)); \
-                cut_lo0 = (((sk_e21 >= (7.888609e-31f)) && (sk_e21 < (1.2676506e30f))) ? sk_e21 : sk_bitcast<float>(4286578688u)); \
+            const float sk_e28 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+            if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (((sk_e28 == part_mx) ? (1.0f) : (sk_e28 / part_mx)) >= mp)))) { \
+                const float sk_e30 = sk_uniform((cw4).x); \
+                const float sk_e29 = ((zx0 * __fdividef(sk_e30, ((1.0f) - sk_e30))) * (0.99998474f)); \
+                cut_lo0 = (((sk_e29 >= (7.888609e-31f)) && (sk_e29 < (1.2676506e30f))) ? sk_e29 : sk_bitcast<float>(4286578688u)); \
             } \
         } \
         float cut_first = (0.0f); \
@@ -109,8 +109,8 @@
         float zx2 = (0.0f); \
         float zx3 = (0.0f); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e27 = (col_lo + i0); \
-        if (((sk_e27 < col_hi) && ((col_hi - sk_e27) >= 4u))) { \
+        const unsigned int sk_e35 = (col_lo + i0); \
+        if (((sk_e35 < col_hi) && ((col_hi - sk_e35) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
             zx0 = sk_load_x((size_t)(zx_at) + 0u); \
             zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -182,8 +182,8 @@
         float cut_win_x = sk_load_x((base + up1_i)); \
         float cut_win = (((cut_win_x > (0.0f)) && (cut_win_x < sk_bitcast<float>(2139095040u))) ? cut_win_x : (0.0f)); \
         uint4 w4 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e40 = (up1_i & 3u); \
-        float score = (cut_win / sk_exponential(((sk_e40 == 3u) ? ((w4).w) : ((sk_e40 == 2u) ? ((w4).z) : ((sk_e40 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e52 = (up1_i & 3u); \
+        float score = (cut_win / sk_exponential(((sk_e52 == 3u) ? ((w4).w) : ((sk_e52 == 2u) ? ((w4).z) : ((sk_e52 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (up1_i < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \
@@ -199,8 +199,8 @@
             float zx2 = (0.0f); \
             float zx3 = (0.0f); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e41 = (col_lo + i0); \
-            if (((sk_e41 < col_hi) && ((col_hi - sk_e41) >= 4u))) { \
+            const unsigned int sk_e53 = (col_lo + i0); \
+            if (((sk_e53 < col_hi) && ((col_hi - sk_e53) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -245,8 +245,8 @@
             float zx2 = (0.0f); \
             float zx3 = (0.0f); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e54 = (col_lo + i0); \
-            if (((sk_e54 < col_hi) && ((col_hi - sk_e54) >= 4u))) { \
+            const unsigned int sk_e66 = (col_lo + i0); \
+            if (((sk_e66 < col_hi) && ((col_hi - sk_e66) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \

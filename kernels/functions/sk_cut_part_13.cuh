@@ -16,8 +16,8 @@
         float zx2 = sk_bitcast<float>(4286578688u); \
         float zx3 = sk_bitcast<float>(4286578688u); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e24 = (col_lo + i0); \
-        if (((sk_e24 < col_hi) && ((col_hi - sk_e24) >= 4u))) { \
+        const unsigned int sk_e28 = (col_lo + i0); \
+        if (((sk_e28 < col_hi) && ((col_hi - sk_e28) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
             zx0 = sk_load_x((size_t)(zx_at) + 0u); \
             zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -64,9 +64,9 @@
             /* built by kernels::filter_top_p::cut_part */ \
             cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
             if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp)))) { \
-                const float sk_e33 = sk_uniform((cw4).x); \
-                const float sk_e34 = (zx0 * cut_rcp_t); \
-                cut_lo0 = ((sk_e34 - (fabsf(sk_e34) * (9.536743e-7f))) + ((((((((float)sk_bitcast<unsigned int>(sk_e33)) * (1.1920929e-7f)) - (127.0f)) - ((((float)sk_bitcast<unsigned int>(((1.0f) - sk_e33))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f))); \
+                const float sk_e41 = sk_uniform((cw4).x); \
+                const float sk_e42 = (zx0 * cut_rcp_t); \
+                cut_lo0 = ((sk_e42 - (fabsf(sk_e42) * (9.536743e-7f))) + ((((((((float)sk_bitcast<unsigned int>(sk_e41)) * (1.1920929e-7f)) - (127.0f)) - ((((float)sk_bitcast<unsigned int>(((1.0f) - sk_e41))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f))); \
             } \
         } \
         float cut_first = (0.0f); \
@@ -74,8 +74,8 @@
         lo_best = cut_first; \
         if ((cut_race != 0u)) { \
             /* built by kernels::filter_top_p::cut_part */ \
-            const float sk_e35 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
-            bool cut_quad = ((((sk_e35 + (fabsf(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e35 >= (1.7014118e38f))); \
+            const float sk_e43 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
+            bool cut_quad = ((((sk_e43 + (fabsf(sk_e43) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e43 >= (1.7014118e38f))); \
             if (cut_quad) { \
                 unsigned int cut_w0 = (cw4).x; \
                 { \
@@ -106,8 +106,8 @@
         float zx2 = sk_bitcast<float>(4286578688u); \
         float zx3 = sk_bitcast<float>(4286578688u); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e40 = (col_lo + i0); \
-        if (((sk_e40 < col_hi) && ((col_hi - sk_e40) >= 4u))) { \
+        const unsigned int sk_e48 = (col_lo + i0); \
+        if (((sk_e48 < col_hi) && ((col_hi - sk_e48) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
             zx0 = sk_load_x((size_t)(zx_at) + 0u); \
             zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -151,8 +151,8 @@
         if ((cut_race != 0u)) { \
             /* built by kernels::filter_top_p::cut_part */ \
             uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-            const float sk_e49 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
-            bool cut_quad = ((((sk_e49 + (fabsf(sk_e49) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e49 >= (1.7014118e38f))); \
+            const float sk_e61 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
+            bool cut_quad = ((((sk_e61 + (fabsf(sk_e61) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e61 >= (1.7014118e38f))); \
             if (cut_quad) { \
                 unsigned int cut_w0 = (cw4).x; \
                 { \
@@ -176,12 +176,12 @@
     float cut_screen_floor = (0.0f); \
     cut_screen_floor = sk_block_max_f32(lo_best); \
     if (((up1_i != 4294967295u) && (up1 >= cut_screen_floor))) { \
-        const float sk_e54 = sk_load_x((base + up1_i)); \
-        float cut_win_x = (((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54); \
+        const float sk_e66 = sk_load_x((base + up1_i)); \
+        float cut_win_x = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66); \
         float cut_win = (cut_win_x / temp); \
         uint4 w4 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e55 = (up1_i & 3u); \
-        float score = (cut_win + sk_gumbel(((sk_e55 == 3u) ? ((w4).w) : ((sk_e55 == 2u) ? ((w4).z) : ((sk_e55 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e67 = (up1_i & 3u); \
+        float score = (cut_win + sk_gumbel(((sk_e67 == 3u) ? ((w4).w) : ((sk_e67 == 2u) ? ((w4).z) : ((sk_e67 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (up1_i < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \
@@ -197,8 +197,8 @@
             float zx2 = sk_bitcast<float>(4286578688u); \
             float zx3 = sk_bitcast<float>(4286578688u); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e56 = (col_lo + i0); \
-            if (((sk_e56 < col_hi) && ((col_hi - sk_e56) >= 4u))) { \
+            const unsigned int sk_e68 = (col_lo + i0); \
+            if (((sk_e68 < col_hi) && ((col_hi - sk_e68) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -243,8 +243,8 @@
             float zx2 = sk_bitcast<float>(4286578688u); \
             float zx3 = sk_bitcast<float>(4286578688u); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e69 = (col_lo + i0); \
-            if (((sk_e69 < col_hi) && ((col_hi - sk_e69) >= 4u))) { \
+            const unsigned int sk_e81 = (col_lo + i0); \
+            if (((sk_e81 < col_hi) && ((col_hi - sk_e81) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \

@@ -77,16 +77,16 @@
                     zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_69(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_69(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_69(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_69(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
         } else { \
@@ -99,17 +99,21 @@
         unsigned long long part_m_range = 0ull; \
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
-        const float sk_e83 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e82 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e83))) + fabsf((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
-        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e82 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e82)))); \
+        const float sk_e95 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        const float sk_e94 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e95))) + fabsf((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e94 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e94)))); \
         unsigned int part_min_above_not = 0u; \
-        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const float sk_e96 = ((min_above == (0.0f)) ? (0.0f) : min_above); \
+        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e96) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
-        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const float sk_e97 = ((min_range == (0.0f)) ? (0.0f) : min_range); \
+        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e97) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_max_range = 0u; \
-        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u)))); \
+        const float sk_e98 = ((max_range_v == (0.0f)) ? (0.0f) : max_range_v); \
+        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e98) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e98) >> 31u)) | 2147483648u)))); \
         unsigned int part_max_below = 0u; \
-        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u)))); \
+        const float sk_e99 = ((max_below_v == (0.0f)) ? (0.0f) : max_below_v); \
+        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e99) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e99) >> 31u)) | 2147483648u)))); \
         bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
         float part_best = (0.0f); \
         unsigned int part_best_i = 0u; \
@@ -149,8 +153,8 @@
                 /* built by kernels::filter_top_p::race_tied_range */ \
                 for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
                     unsigned int rt_col = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]; \
-                    const float sk_e84 = sk_load_x((base + rt_col)); \
-                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84); \
+                    const float sk_e100 = sk_load_x((base + rt_col)); \
+                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100); \
                     float rt_z = (rt_z_x / temp); \
                     float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \
@@ -159,8 +163,8 @@
                         } else { \
                             /* built by kernels::filter_top_k::race_one */ \
                             uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-                            const unsigned int sk_e86 = (rt_col & 3u); \
-                            float score = (rt_z + sk_gumbel(((sk_e86 == 3u) ? ((w4).w) : ((sk_e86 == 2u) ? ((w4).z) : ((sk_e86 == 1u) ? ((w4).y) : ((w4).x)))))); \
+                            const unsigned int sk_e102 = (rt_col & 3u); \
+                            float score = (rt_z + sk_gumbel(((sk_e102 == 3u) ? ((w4).w) : ((sk_e102 == 2u) ? ((w4).z) : ((sk_e102 == 1u) ? ((w4).y) : ((w4).x)))))); \
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) { \
                                 /* built by kernels::filter_top_k::keep_lower */ \
                                 bestr = score; \
@@ -184,40 +188,40 @@
                     if ((li3 < (col_hi - col_lo))) { \
                         /* built by kernels::filter_values::read_step */ \
                         unsigned int zx_at = ((base + col_lo) + i0); \
-                        const float sk_e87 = sk_load_x(zx_at); \
-                        zx0 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87); \
-                        const float sk_e88 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-                        zx1 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88); \
-                        const float sk_e89 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-                        zx2 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89); \
-                        const float sk_e90 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-                        zx3 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90); \
+                        const float sk_e103 = sk_load_x(zx_at); \
+                        zx0 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103); \
+                        const float sk_e104 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                        zx1 = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104); \
+                        const float sk_e105 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                        zx2 = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105); \
+                        const float sk_e106 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                        zx3 = (((sk_bitcast<unsigned int>(sk_e106) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e106); \
                     } else { \
                         /* built by kernels::filter_values::read_step */ \
-                        const unsigned int sk_e92 = (col_hi - col_lo); \
-                        const float sk_e91 = sk_load_x(((base + col_lo) + ((li0 < sk_e92) ? li0 : (sk_e92 - 1u)))); \
-                        zx0 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91); \
-                        const unsigned int sk_e94 = (col_hi - col_lo); \
-                        const float sk_e93 = sk_load_x(((base + col_lo) + ((li1 < sk_e94) ? li1 : (sk_e94 - 1u)))); \
-                        zx1 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93); \
-                        const unsigned int sk_e96 = (col_hi - col_lo); \
-                        const float sk_e95 = sk_load_x(((base + col_lo) + ((li2 < sk_e96) ? li2 : (sk_e96 - 1u)))); \
-                        zx2 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95); \
-                        const unsigned int sk_e98 = (col_hi - col_lo); \
-                        const float sk_e97 = sk_load_x(((base + col_lo) + ((li3 < sk_e98) ? li3 : (sk_e98 - 1u)))); \
-                        zx3 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97); \
+                        const unsigned int sk_e108 = (col_hi - col_lo); \
+                        const float sk_e107 = sk_load_x(((base + col_lo) + ((li0 < sk_e108) ? li0 : (sk_e108 - 1u)))); \
+                        zx0 = (((sk_bitcast<unsigned int>(sk_e107) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e107); \
+                        const unsigned int sk_e110 = (col_hi - col_lo); \
+                        const float sk_e109 = sk_load_x(((base + col_lo) + ((li1 < sk_e110) ? li1 : (sk_e110 - 1u)))); \
+                        zx1 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109); \
+                        const unsigned int sk_e112 = (col_hi - col_lo); \
+                        const float sk_e111 = sk_load_x(((base + col_lo) + ((li2 < sk_e112) ? li2 : (sk_e112 - 1u)))); \
+                        zx2 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111); \
+                        const unsigned int sk_e114 = (col_hi - col_lo); \
+                        const float sk_e113 = sk_load_x(((base + col_lo) + ((li3 < sk_e114) ? li3 : (sk_e114 - 1u)))); \
+                        zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113); \
                     } \
                     if ((li0 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_53(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li1 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_53(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li2 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_53(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li3 < (col_hi - col_lo))) { \
-                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_53(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                 } \
             } \

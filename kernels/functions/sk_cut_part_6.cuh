@@ -6,8 +6,8 @@
     float cut_may_edge = (lo_best * sk_uniform((cut_w0 ^ 4294967295u))); \
     bool cut_may = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < sk_bitcast<float>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge))); \
     if ((cut_may && ((cut_race & sk_c0) != 0u))) { \
-        const float sk_e23 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-        if (((mp <= (0.0f)) || (((sk_e23 == part_mx) ? (1.0f) : (sk_e23 / part_mx)) >= mp))) { \
+        const float sk_e31 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+        if (((mp <= (0.0f)) || (((sk_e31 == part_mx) ? (1.0f) : (sk_e31 / part_mx)) >= mp))) { \
             float un = sk_uniform(cut_w0); \
             float tn = ((1.0f) - un); \
             float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un))); \

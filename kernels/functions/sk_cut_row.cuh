@@ -20,8 +20,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e112 = (((row_slot * parts) + 0u) * 1317u); \
-            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e112 + 1288u)]) - ((float)(partials[(sk_e112 + 1286u)]))) + (1.0f)); \
+            const unsigned int sk_e128 = (((row_slot * parts) + 0u) * 1317u); \
+            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e128 + 1288u)]) - ((float)(partials[(sk_e128 + 1286u)]))) + (1.0f)); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -59,57 +59,57 @@
                 unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
                 float zx15 = (0.0f); \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+                    sk_read_step_46(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
                 } else { \
-                    sk_read_step_42(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+                    sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li4 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li5 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li6 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li7 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li8 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li9 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li10 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li11 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li12 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li13 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li14 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_38(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_40(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, rm_own, xm_above); \
                 } \
             } \
             unsigned long long rm_row = 0ull; \
@@ -130,8 +130,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, tot_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e161 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e161 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e161 > max_below_all)); \
+            const unsigned int sk_e177 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e177 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e177 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \
@@ -162,8 +162,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e162 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) { \
+                    const float sk_e178 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
+                    if (((sk_e178 > best) || ((sk_e178 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
@@ -172,12 +172,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e164 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e163 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 0u)])))); \
-                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e180 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                    const double sk_e179 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e180 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e180 + 0u)])))); \
+                    if (((sk_e179 > best64) || ((sk_e179 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e165 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 0u)])))); \
+                        const unsigned int sk_e181 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e181 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e181 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \

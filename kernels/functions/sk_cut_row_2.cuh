@@ -20,8 +20,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e86 = (((row_slot * parts) + 0u) * 1317u); \
-            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e86 + 1288u)]) - ((float)(partials[(sk_e86 + 1286u)]))) + (1.0f)), (0.0f))); \
+            const unsigned int sk_e102 = (((row_slot * parts) + 0u) * 1317u); \
+            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e102 + 1288u)]) - ((float)(partials[(sk_e102 + 1286u)]))) + (1.0f)), (0.0f))); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -79,86 +79,86 @@
                     zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
-                    const unsigned int sk_e87 = (col_hi - col_lo); \
-                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e87) ? li0 : (sk_e87 - 1u)))); \
-                    const unsigned int sk_e88 = (col_hi - col_lo); \
-                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e88) ? li1 : (sk_e88 - 1u)))); \
-                    const unsigned int sk_e89 = (col_hi - col_lo); \
-                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e89) ? li2 : (sk_e89 - 1u)))); \
-                    const unsigned int sk_e90 = (col_hi - col_lo); \
-                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e90) ? li3 : (sk_e90 - 1u)))); \
-                    const unsigned int sk_e91 = (col_hi - col_lo); \
-                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e91) ? li4 : (sk_e91 - 1u)))); \
-                    const unsigned int sk_e92 = (col_hi - col_lo); \
-                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e92) ? li5 : (sk_e92 - 1u)))); \
-                    const unsigned int sk_e93 = (col_hi - col_lo); \
-                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e93) ? li6 : (sk_e93 - 1u)))); \
-                    const unsigned int sk_e94 = (col_hi - col_lo); \
-                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e94) ? li7 : (sk_e94 - 1u)))); \
-                    const unsigned int sk_e95 = (col_hi - col_lo); \
-                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e95) ? li8 : (sk_e95 - 1u)))); \
-                    const unsigned int sk_e96 = (col_hi - col_lo); \
-                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e96) ? li9 : (sk_e96 - 1u)))); \
-                    const unsigned int sk_e97 = (col_hi - col_lo); \
-                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e97) ? li10 : (sk_e97 - 1u)))); \
-                    const unsigned int sk_e98 = (col_hi - col_lo); \
-                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e98) ? li11 : (sk_e98 - 1u)))); \
-                    const unsigned int sk_e99 = (col_hi - col_lo); \
-                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e99) ? li12 : (sk_e99 - 1u)))); \
-                    const unsigned int sk_e100 = (col_hi - col_lo); \
-                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e100) ? li13 : (sk_e100 - 1u)))); \
-                    const unsigned int sk_e101 = (col_hi - col_lo); \
-                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e101) ? li14 : (sk_e101 - 1u)))); \
-                    const unsigned int sk_e102 = (col_hi - col_lo); \
-                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e102) ? li15 : (sk_e102 - 1u)))); \
+                    const unsigned int sk_e103 = (col_hi - col_lo); \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e103) ? li0 : (sk_e103 - 1u)))); \
+                    const unsigned int sk_e104 = (col_hi - col_lo); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e104) ? li1 : (sk_e104 - 1u)))); \
+                    const unsigned int sk_e105 = (col_hi - col_lo); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e105) ? li2 : (sk_e105 - 1u)))); \
+                    const unsigned int sk_e106 = (col_hi - col_lo); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e106) ? li3 : (sk_e106 - 1u)))); \
+                    const unsigned int sk_e107 = (col_hi - col_lo); \
+                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e107) ? li4 : (sk_e107 - 1u)))); \
+                    const unsigned int sk_e108 = (col_hi - col_lo); \
+                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e108) ? li5 : (sk_e108 - 1u)))); \
+                    const unsigned int sk_e109 = (col_hi - col_lo); \
+                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e109) ? li6 : (sk_e109 - 1u)))); \
+                    const unsigned int sk_e110 = (col_hi - col_lo); \
+                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e110) ? li7 : (sk_e110 - 1u)))); \
+                    const unsigned int sk_e111 = (col_hi - col_lo); \
+                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e111) ? li8 : (sk_e111 - 1u)))); \
+                    const unsigned int sk_e112 = (col_hi - col_lo); \
+                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e112) ? li9 : (sk_e112 - 1u)))); \
+                    const unsigned int sk_e113 = (col_hi - col_lo); \
+                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e113) ? li10 : (sk_e113 - 1u)))); \
+                    const unsigned int sk_e114 = (col_hi - col_lo); \
+                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e114) ? li11 : (sk_e114 - 1u)))); \
+                    const unsigned int sk_e115 = (col_hi - col_lo); \
+                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e115) ? li12 : (sk_e115 - 1u)))); \
+                    const unsigned int sk_e116 = (col_hi - col_lo); \
+                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e116) ? li13 : (sk_e116 - 1u)))); \
+                    const unsigned int sk_e117 = (col_hi - col_lo); \
+                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e117) ? li14 : (sk_e117 - 1u)))); \
+                    const unsigned int sk_e118 = (col_hi - col_lo); \
+                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e118) ? li15 : (sk_e118 - 1u)))); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx1, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx1, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx2, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx2, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx3, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx3, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li4 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx4, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx4, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li5 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx5, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx5, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li6 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx6, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx6, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li7 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx7, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx7, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li8 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx8, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx8, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li9 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx9, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx9, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li10 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx10, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx10, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li11 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx11, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx11, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li12 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx12, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx12, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li13 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx13, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx13, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li14 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx14, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx14, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
                 if ((li15 < (col_hi - col_lo))) { \
-                    sk_read_step_49(zx15, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
+                    sk_read_step_57(zx15, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
                 } \
             } \
             unsigned long long rm_row = 0ull; \
@@ -179,8 +179,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, tot_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e103 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e103 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e103 > max_below_all)); \
+            const unsigned int sk_e119 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e119 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e119 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \
@@ -211,8 +211,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e104 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e104 > best) || ((sk_e104 == best) && (w_i < best_i)))) { \
+                    const float sk_e120 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
+                    if (((sk_e120 > best) || ((sk_e120 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
@@ -221,12 +221,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e106 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e105 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e106 + 0u)])))); \
-                    if (((sk_e105 > best64) || ((sk_e105 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e122 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                    const double sk_e121 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e122 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e122 + 0u)])))); \
+                    if (((sk_e121 > best64) || ((sk_e121 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e107 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e107 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e107 + 0u)])))); \
+                        const unsigned int sk_e123 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e123 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e123 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \

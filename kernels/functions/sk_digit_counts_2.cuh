@@ -40,11 +40,12 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e21 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21); \
+            const float sk_e27 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e28 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e28) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e28) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -232,8 +233,8 @@
         /* built by kernels::filters::select_step */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e38 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e53 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e53 ? tn64 : (((lim - sel_m) / (sk_e53 ? 1ull : tie_v)) + 1ull)))); \
         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
         sel_key = 0u; \
         sel_mask = 0u; \

@@ -43,7 +43,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e9 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e9) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e9) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -244,8 +245,8 @@
         /* built by kernels::filters::select_step */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e3 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e18 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e18 ? tn64 : (((lim - sel_m) / (sk_e18 ? 1ull : tie_v)) + 1ull)))); \
         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
         sel_key = 0u; \
         sel_mask = 0u; \

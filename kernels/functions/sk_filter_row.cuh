@@ -132,7 +132,8 @@
                 float lx = sk_load_x((base + col)); \
                 float zv = lx; \
                 float ov = zv; \
-                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                const float sk_e6 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                unsigned int key = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
                 float wv = (0.0f); \
                 bool ok = false; \
                 unsigned long long mv = 0ull; \
@@ -153,7 +154,8 @@
                 float lx = sk_load_x((base + col)); \
                 float zv = lx; \
                 float ov = zv; \
-                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                const float sk_e7 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                unsigned int key = (sk_bitcast<unsigned int>(sk_e7) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
                 float wv = (0.0f); \
                 bool ok = false; \
                 unsigned long long mv = 0ull; \
@@ -187,8 +189,8 @@
                         mass_before = (mass_before + bucket_masses[v]); \
                     } \
                 } \
-                const unsigned int sk_e2 = (before + 1u); \
-                if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) { \
+                const unsigned int sk_e8 = (before + 1u); \
+                if ((((before < kk) && (mass_before <= lim)) && ((sk_e8 == (sel_n + min(sel_tn, 64u))) || (!((sk_e8 < kk) && ((mass_before + mt) <= lim)))))) { \
                     found_key = kt; \
                     found_col = ct; \
                 } \
@@ -211,8 +213,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e4 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e4 ? tn64 : (((lim - sel_m) / (sk_e4 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e19 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e19 ? tn64 : (((lim - sel_m) / (sk_e19 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \

@@ -68,7 +68,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e6 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -89,7 +90,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e7 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e7) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -123,8 +125,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e2 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e8 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e8 == (sel_n + min(sel_tn, 64u))) || (!((sk_e8 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

@@ -4,8 +4,8 @@
 #define sk_find_set_4(stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e366 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e366 : (sk_e366 - sel_a)); \
+    const unsigned int sk_e387 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e387 : (sk_e387 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -29,21 +29,21 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_48(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_55(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_55(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_55(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_55(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \
@@ -56,11 +56,12 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e375 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e375) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e375); \
+            const float sk_e400 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e400) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e400); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e401 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e401) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e401) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -78,11 +79,12 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e376 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e376) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e376); \
+            const float sk_e402 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e402) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e402); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e403 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e403) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e403) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -116,8 +118,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e377 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e377 == (sel_n + min(sel_tn, 64u))) || (!((sk_e377 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e404 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e404 == (sel_n + min(sel_tn, 64u))) || (!((sk_e404 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

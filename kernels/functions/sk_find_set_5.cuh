@@ -4,8 +4,8 @@
 #define sk_find_set_5(stage, sel_a, col_hi, col_lo, base, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e231 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e231 : (sk_e231 - sel_a)); \
+    const unsigned int sk_e252 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e252 : (sk_e252 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -29,7 +29,7 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_53(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -38,16 +38,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_67(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_67(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_67(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_67(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \
@@ -63,7 +63,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e257 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e257) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e257) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -84,7 +85,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+            const float sk_e258 = ((ov == (0.0f)) ? (0.0f) : ov); \
+            unsigned int key = (sk_bitcast<unsigned int>(sk_e258) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e258) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -118,8 +120,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e232 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e232 == (sel_n + min(sel_tn, 64u))) || (!((sk_e232 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e259 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e259 == (sel_n + min(sel_tn, 64u))) || (!((sk_e259 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

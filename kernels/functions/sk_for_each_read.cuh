@@ -39,9 +39,9 @@
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
         float zx15 = (0.0f); \
         if ((li15 < (col_hi - col_lo))) { \
-            sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_46(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } else { \
-            sk_read_step_42(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
@@ -145,9 +145,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e307 = listed_cols[(1285u + r)]; \
-        const float sk_e306 = sk_bitcast<float>((sk_e307 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e307) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e306 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e306 - row_m)))); \
+        const unsigned int sk_e328 = listed_cols[(1285u + r)]; \
+        const float sk_e327 = sk_bitcast<float>((sk_e328 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e328) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e327 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e327 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

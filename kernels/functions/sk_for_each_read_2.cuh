@@ -59,38 +59,38 @@
             zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
         } else { \
             /* built by kernels::filter_values::read_step */ \
-            const unsigned int sk_e180 = (col_hi - col_lo); \
-            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e180) ? li0 : (sk_e180 - 1u)))); \
-            const unsigned int sk_e181 = (col_hi - col_lo); \
-            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e181) ? li1 : (sk_e181 - 1u)))); \
-            const unsigned int sk_e182 = (col_hi - col_lo); \
-            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e182) ? li2 : (sk_e182 - 1u)))); \
-            const unsigned int sk_e183 = (col_hi - col_lo); \
-            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e183) ? li3 : (sk_e183 - 1u)))); \
-            const unsigned int sk_e184 = (col_hi - col_lo); \
-            zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e184) ? li4 : (sk_e184 - 1u)))); \
-            const unsigned int sk_e185 = (col_hi - col_lo); \
-            zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e185) ? li5 : (sk_e185 - 1u)))); \
-            const unsigned int sk_e186 = (col_hi - col_lo); \
-            zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e186) ? li6 : (sk_e186 - 1u)))); \
-            const unsigned int sk_e187 = (col_hi - col_lo); \
-            zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e187) ? li7 : (sk_e187 - 1u)))); \
-            const unsigned int sk_e188 = (col_hi - col_lo); \
-            zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e188) ? li8 : (sk_e188 - 1u)))); \
-            const unsigned int sk_e189 = (col_hi - col_lo); \
-            zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e189) ? li9 : (sk_e189 - 1u)))); \
-            const unsigned int sk_e190 = (col_hi - col_lo); \
-            zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e190) ? li10 : (sk_e190 - 1u)))); \
-            const unsigned int sk_e191 = (col_hi - col_lo); \
-            zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e191) ? li11 : (sk_e191 - 1u)))); \
-            const unsigned int sk_e192 = (col_hi - col_lo); \
-            zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e192) ? li12 : (sk_e192 - 1u)))); \
-            const unsigned int sk_e193 = (col_hi - col_lo); \
-            zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e193) ? li13 : (sk_e193 - 1u)))); \
-            const unsigned int sk_e194 = (col_hi - col_lo); \
-            zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e194) ? li14 : (sk_e194 - 1u)))); \
-            const unsigned int sk_e195 = (col_hi - col_lo); \
-            zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e195) ? li15 : (sk_e195 - 1u)))); \
+            const unsigned int sk_e201 = (col_hi - col_lo); \
+            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e201) ? li0 : (sk_e201 - 1u)))); \
+            const unsigned int sk_e202 = (col_hi - col_lo); \
+            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e202) ? li1 : (sk_e202 - 1u)))); \
+            const unsigned int sk_e203 = (col_hi - col_lo); \
+            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e203) ? li2 : (sk_e203 - 1u)))); \
+            const unsigned int sk_e204 = (col_hi - col_lo); \
+            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e204) ? li3 : (sk_e204 - 1u)))); \
+            const unsigned int sk_e205 = (col_hi - col_lo); \
+            zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e205) ? li4 : (sk_e205 - 1u)))); \
+            const unsigned int sk_e206 = (col_hi - col_lo); \
+            zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e206) ? li5 : (sk_e206 - 1u)))); \
+            const unsigned int sk_e207 = (col_hi - col_lo); \
+            zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e207) ? li6 : (sk_e207 - 1u)))); \
+            const unsigned int sk_e208 = (col_hi - col_lo); \
+            zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e208) ? li7 : (sk_e208 - 1u)))); \
+            const unsigned int sk_e209 = (col_hi - col_lo); \
+            zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e209) ? li8 : (sk_e209 - 1u)))); \
+            const unsigned int sk_e210 = (col_hi - col_lo); \
+            zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e210) ? li9 : (sk_e210 - 1u)))); \
+            const unsigned int sk_e211 = (col_hi - col_lo); \
+            zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e211) ? li10 : (sk_e211 - 1u)))); \
+            const unsigned int sk_e212 = (col_hi - col_lo); \
+            zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e212) ? li11 : (sk_e212 - 1u)))); \
+            const unsigned int sk_e213 = (col_hi - col_lo); \
+            zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e213) ? li12 : (sk_e213 - 1u)))); \
+            const unsigned int sk_e214 = (col_hi - col_lo); \
+            zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e214) ? li13 : (sk_e214 - 1u)))); \
+            const unsigned int sk_e215 = (col_hi - col_lo); \
+            zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e215) ? li14 : (sk_e215 - 1u)))); \
+            const unsigned int sk_e216 = (col_hi - col_lo); \
+            zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e216) ? li15 : (sk_e216 - 1u)))); \
         } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
@@ -194,9 +194,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e197 = listed_cols[(1285u + r)]; \
-        const float sk_e196 = sk_bitcast<float>((sk_e197 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e197) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((sk_e196 == row_m) ? (1.0f) : (sk_e196 / row_m)); \
+        const unsigned int sk_e218 = listed_cols[(1285u + r)]; \
+        const float sk_e217 = sk_bitcast<float>((sk_e218 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e218) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((sk_e217 == row_m) ? (1.0f) : (sk_e217 / row_m)); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

@@ -3,16 +3,16 @@
 // `sk_load_quad_as_12`, included by each kernel that calls it
 #define sk_load_quad_as_12(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
     /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e26 = ((col_lo + i0) + 0u); \
-    const bool sk_e25 = (sk_e26 < col_hi); \
-    zx0 = (sk_e25 ? sk_load_x((base + (sk_e25 ? sk_e26 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
-    const bool sk_e27 = (sk_e28 < col_hi); \
-    zx1 = (sk_e27 ? sk_load_x((base + (sk_e27 ? sk_e28 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e30 = ((col_lo + i0) + 2u); \
+    const unsigned int sk_e30 = ((col_lo + i0) + 0u); \
     const bool sk_e29 = (sk_e30 < col_hi); \
-    zx2 = (sk_e29 ? sk_load_x((base + (sk_e29 ? sk_e30 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e32 = ((col_lo + i0) + 3u); \
+    zx0 = (sk_e29 ? sk_load_x((base + (sk_e29 ? sk_e30 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e32 = ((col_lo + i0) + 1u); \
     const bool sk_e31 = (sk_e32 < col_hi); \
-    zx3 = (sk_e31 ? sk_load_x((base + (sk_e31 ? sk_e32 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    zx1 = (sk_e31 ? sk_load_x((base + (sk_e31 ? sk_e32 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e34 = ((col_lo + i0) + 2u); \
+    const bool sk_e33 = (sk_e34 < col_hi); \
+    zx2 = (sk_e33 ? sk_load_x((base + (sk_e33 ? sk_e34 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e36 = ((col_lo + i0) + 3u); \
+    const bool sk_e35 = (sk_e36 < col_hi); \
+    zx3 = (sk_e35 ? sk_load_x((base + (sk_e35 ? sk_e36 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
 }

@@ -3,16 +3,16 @@
 // `sk_load_quad_as_13`, included by each kernel that calls it
 #define sk_load_quad_as_13(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
     /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e13 = ((col_lo + i0) + 0u); \
-    const bool sk_e12 = (sk_e13 < col_hi); \
-    zx0 = (sk_e12 ? sk_load_x((base + (sk_e12 ? sk_e13 : (col_hi - 1u)))) : (0.0f)); \
-    const unsigned int sk_e15 = ((col_lo + i0) + 1u); \
-    const bool sk_e14 = (sk_e15 < col_hi); \
-    zx1 = (sk_e14 ? sk_load_x((base + (sk_e14 ? sk_e15 : (col_hi - 1u)))) : (0.0f)); \
-    const unsigned int sk_e17 = ((col_lo + i0) + 2u); \
+    const unsigned int sk_e17 = ((col_lo + i0) + 0u); \
     const bool sk_e16 = (sk_e17 < col_hi); \
-    zx2 = (sk_e16 ? sk_load_x((base + (sk_e16 ? sk_e17 : (col_hi - 1u)))) : (0.0f)); \
-    const unsigned int sk_e19 = ((col_lo + i0) + 3u); \
+    zx0 = (sk_e16 ? sk_load_x((base + (sk_e16 ? sk_e17 : (col_hi - 1u)))) : (0.0f)); \
+    const unsigned int sk_e19 = ((col_lo + i0) + 1u); \
     const bool sk_e18 = (sk_e19 < col_hi); \
-    zx3 = (sk_e18 ? sk_load_x((base + (sk_e18 ? sk_e19 : (col_hi - 1u)))) : (0.0f)); \
+    zx1 = (sk_e18 ? sk_load_x((base + (sk_e18 ? sk_e19 : (col_hi - 1u)))) : (0.0f)); \
+    const unsigned int sk_e21 = ((col_lo + i0) + 2u); \
+    const bool sk_e20 = (sk_e21 < col_hi); \
+    zx2 = (sk_e20 ? sk_load_x((base + (sk_e20 ? sk_e21 : (col_hi - 1u)))) : (0.0f)); \
+    const unsigned int sk_e23 = ((col_lo + i0) + 3u); \
+    const bool sk_e22 = (sk_e23 < col_hi); \
+    zx3 = (sk_e22 ? sk_load_x((base + (sk_e22 ? sk_e23 : (col_hi - 1u)))) : (0.0f)); \
 }

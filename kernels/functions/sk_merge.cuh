@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e208 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e208 + 3u)], partials[(sk_e208 + 4u)]); \
-        const float sk_e211 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e209 = ((sk_e211 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e210 = (sk_e211 - row_m); \
-        const bool sk_e212 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e213 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) > (0.0f)) && ((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) >= mp)))) { \
+        const unsigned int sk_e228 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e228 + 3u)], partials[(sk_e228 + 4u)]); \
+        const float sk_e231 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e229 = ((sk_e231 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e230 = (sk_e231 - row_m); \
+        const bool sk_e232 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e233 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e233 ? sk_e229 : (sk_e232 ? (0.0f) : sk_exp(sk_e230))) > (0.0f)) && ((sk_e233 ? sk_e229 : (sk_e232 ? (0.0f) : sk_exp(sk_e230))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e214 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e214 + 1u)] == 1u) && (rows[(sk_e214 + 6u)] == 1u))))) { \
+    const unsigned int sk_e234 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e234 + 1u)] == 1u) && (rows[(sk_e234 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,12 +34,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e215 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e215) && (sk_e215 != 4294967295u))) { \
-                const unsigned int sk_e216 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e216 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e216) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e217 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e217 > (0.0f)) && (sk_e217 >= mp))) { \
+            const unsigned int sk_e235 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e235) && (sk_e235 != 4294967295u))) { \
+                const unsigned int sk_e236 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e236 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e236) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e237 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e237 > (0.0f)) && (sk_e237 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
@@ -50,14 +50,14 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e221 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e220 = (sk_e221 + 7u); \
-            const bool sk_e222 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e223 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e221 + 2u)] == 4294967295u) && (((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e225 = (((slot * parts) + p) * 1317u); \
-                const float sk_e224 = sk_bitcast<float>(partials[(sk_e225 + 5u)]); \
-                if (((sk_e224 > best) || ((sk_e224 == best) && (partials[(sk_e225 + 6u)] < best_i)))) { \
+            const unsigned int sk_e241 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e240 = (sk_e241 + 7u); \
+            const bool sk_e242 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e243 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e241 + 2u)] == 4294967295u) && (((sk_e243 ? ((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e242 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e243 ? ((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e242 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e245 = (((slot * parts) + p) * 1317u); \
+                const float sk_e244 = sk_bitcast<float>(partials[(sk_e245 + 5u)]); \
+                if (((sk_e244 > best) || ((sk_e244 == best) && (partials[(sk_e245 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e228 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e226 = (sk_e228 + 7u); \
-            const unsigned int sk_e227 = (sk_e228 + 0u); \
-            const bool sk_e229 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e230 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e228 + 2u)] == 4294967295u) && (((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) >= mp))) && (!(((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e248 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e246 = (sk_e248 + 7u); \
+            const unsigned int sk_e247 = (sk_e248 + 0u); \
+            const bool sk_e249 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e250 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e248 + 2u)] == 4294967295u) && (((sk_e250 ? ((sk_bitcast<float>(partials[sk_e247]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e247]) - row_m)))) > (0.0f)) && ((sk_e250 ? ((sk_bitcast<float>(partials[sk_e247]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e247]) - row_m)))) >= mp))) && (!(((sk_e250 ? ((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e250 ? ((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -87,21 +87,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_48(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_48(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_56(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_44(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_44(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_44(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_44(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_50(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \

@@ -6,18 +6,18 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e146 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e146 + 3u)], partials[(sk_e146 + 4u)]); \
-        const float sk_e148 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e147 = ((sk_e148 == row_m) ? (1.0f) : (sk_e148 / row_m)); \
-        if (((mo_lk != 0u) && ((sk_e147 > (0.0f)) && (sk_e147 >= mp)))) { \
+        const unsigned int sk_e166 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e166 + 3u)], partials[(sk_e166 + 4u)]); \
+        const float sk_e168 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e167 = ((sk_e168 == row_m) ? (1.0f) : (sk_e168 / row_m)); \
+        if (((mo_lk != 0u) && ((sk_e167 > (0.0f)) && (sk_e167 >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e149 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e149 + 1u)] == 1u) && (rows[(sk_e149 + 6u)] == 1u))))) { \
+    const unsigned int sk_e169 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -31,12 +31,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e150 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e150) && (sk_e150 != 4294967295u))) { \
-                const unsigned int sk_e151 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e151 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e151) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e152 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m)); \
-                if (((sk_e152 > (0.0f)) && (sk_e152 >= mp))) { \
+            const unsigned int sk_e170 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e170) && (sk_e170 != 4294967295u))) { \
+                const unsigned int sk_e171 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e171 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e171) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e172 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m)); \
+                if (((sk_e172 > (0.0f)) && (sk_e172 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row_3(mo_z, noisy, row, mo_col, best64, best64_i); \
@@ -47,12 +47,12 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e156 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e155 = (sk_e156 + 7u); \
-            if (((partials[(sk_e156 + 2u)] == 4294967295u) && ((((sk_bitcast<float>((partials[sk_e155] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e155]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e155] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e155]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e155] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e155]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e155] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e155]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp)))) { \
-                const unsigned int sk_e158 = (((slot * parts) + p) * 1317u); \
-                const float sk_e157 = sk_bitcast<float>(partials[(sk_e158 + 5u)]); \
-                if (((sk_e157 > best) || ((sk_e157 == best) && (partials[(sk_e158 + 6u)] < best_i)))) { \
+            const unsigned int sk_e176 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e175 = (sk_e176 + 7u); \
+            if (((partials[(sk_e176 + 2u)] == 4294967295u) && ((((sk_bitcast<float>((partials[sk_e175] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e175]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e175] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e175]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e175] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e175]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e175] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e175]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp)))) { \
+                const unsigned int sk_e178 = (((slot * parts) + p) * 1317u); \
+                const float sk_e177 = sk_bitcast<float>(partials[(sk_e178 + 5u)]); \
+                if (((sk_e177 > best) || ((sk_e177 == best) && (partials[(sk_e178 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -61,10 +61,10 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e161 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e159 = (sk_e161 + 7u); \
-            const unsigned int sk_e160 = (sk_e161 + 0u); \
-            if ((((partials[(sk_e161 + 2u)] == 4294967295u) && ((((sk_bitcast<float>(partials[sk_e160]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e160]) / row_m)) > (0.0f)) && (((sk_bitcast<float>(partials[sk_e160]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e160]) / row_m)) >= mp))) && (!((((sk_bitcast<float>((partials[sk_e159] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e159]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e159] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e159]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e159] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e159]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e159] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e159]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp))))) { \
+            const unsigned int sk_e181 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e179 = (sk_e181 + 7u); \
+            const unsigned int sk_e180 = (sk_e181 + 0u); \
+            if ((((partials[(sk_e181 + 2u)] == 4294967295u) && ((((sk_bitcast<float>(partials[sk_e180]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e180]) / row_m)) > (0.0f)) && (((sk_bitcast<float>(partials[sk_e180]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e180]) / row_m)) >= mp))) && (!((((sk_bitcast<float>((partials[sk_e179] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e179]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e179] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e179]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e179] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e179]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e179] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e179]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -80,21 +80,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_53(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_54(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_62(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_62(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_62(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_62(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \

@@ -5,7 +5,8 @@
     /* built by kernels::filter_top_k::merge_row */ \
     unsigned int want = (kc + 1u); \
     unsigned int n_items = (parts * want); \
-    unsigned int t_top = (sk_bitcast<unsigned int>(row_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(row_m) >> 31u)) | 2147483648u)); \
+    const float sk_e272 = ((row_m == (0.0f)) ? (0.0f) : row_m); \
+    unsigned int t_top = (sk_bitcast<unsigned int>(sk_e272) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e272) >> 31u)) | 2147483648u)); \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
         select_scratch[i] = 0u; \
@@ -94,8 +95,8 @@
             } \
             if (g_take) { \
                 listed_cols[(0u + g_out)] = gk; \
-                const unsigned int sk_e254 = (gj / want); \
-                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e254) * 1317u) + (6u + ((gj - (sk_e254 * want)) * 2u)))]; \
+                const unsigned int sk_e275 = (gj / want); \
+                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e275) * 1317u) + (6u + ((gj - (sk_e275 * want)) * 2u)))]; \
                 g_out = (g_out + 1u); \
             } \
         } \
@@ -103,8 +104,8 @@
     unsigned int n_sel = (t_above + t_take); \
     __syncthreads(); \
     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e255 = listed_cols[(0u + i)]; \
-        float zi = sk_bitcast<float>((sk_e255 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e255) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e276 = listed_cols[(0u + i)]; \
+        float zi = sk_bitcast<float>((sk_e276 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e276) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m)); \
         listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull)); \
         listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u)); \
@@ -141,9 +142,9 @@
     unsigned int n_lo = 0u; \
     unsigned int n_unsure = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e257 = listed_cols[(1285u + r)]; \
-        const float sk_e256 = sk_bitcast<float>((sk_e257 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e257) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e256 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e256 - row_m)))); \
+        const unsigned int sk_e278 = listed_cols[(1285u + r)]; \
+        const float sk_e277 = sk_bitcast<float>((sk_e278 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e278) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e277 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e277 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         float bf = sk_fixed_f32(br); \
@@ -217,16 +218,16 @@
         double best64 = sk_bitcast<double>(18442240474082181120ull); \
         unsigned int best64_i = 4294967295u; \
         bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-        const unsigned int sk_e308 = (row * 12u); \
-        bool ow_ranked = ((rows[(sk_e308 + 1u)] == 1u) && (rows[(sk_e308 + 6u)] == 1u)); \
+        const unsigned int sk_e329 = (row * 12u); \
+        bool ow_ranked = ((rows[(sk_e329 + 1u)] == 1u) && (rows[(sk_e329 + 6u)] == 1u)); \
         unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
         unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
         unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
         unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
         for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
             unsigned int rc = listed_cols[(1542u + r)]; \
-            const unsigned int sk_e309 = listed_cols[(1285u + r)]; \
-            float rz = sk_bitcast<float>((sk_e309 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e309) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e330 = listed_cols[(1285u + r)]; \
+            float rz = sk_bitcast<float>((sk_e330 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e330) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             if (ow_ranked) { \
                 sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i); \
             } else { \

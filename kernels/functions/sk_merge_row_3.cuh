@@ -6,8 +6,8 @@
     double s64 = sk_log64(((double)rz)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e200 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e200 + 8u)], rows[(sk_e200 + 9u)], rows[(sk_e200 + 10u)], r))); \
+        const unsigned int sk_e221 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e221 + 8u)], rows[(sk_e221 + 9u)], rows[(sk_e221 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \

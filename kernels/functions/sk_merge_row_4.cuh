@@ -5,7 +5,8 @@
     /* built by kernels::filter_top_k::merge_row */ \
     unsigned int want = (kc + 1u); \
     unsigned int n_items = (parts * want); \
-    unsigned int t_top = (sk_bitcast<unsigned int>(row_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(row_m) >> 31u)) | 2147483648u)); \
+    const float sk_e194 = ((row_m == (0.0f)) ? (0.0f) : row_m); \
+    unsigned int t_top = (sk_bitcast<unsigned int>(sk_e194) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e194) >> 31u)) | 2147483648u)); \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
         select_scratch[i] = 0u; \
@@ -94,8 +95,8 @@
             } \
             if (g_take) { \
                 listed_cols[(0u + g_out)] = gk; \
-                const unsigned int sk_e176 = (gj / want); \
-                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e176) * 1317u) + (6u + ((gj - (sk_e176 * want)) * 2u)))]; \
+                const unsigned int sk_e197 = (gj / want); \
+                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e197) * 1317u) + (6u + ((gj - (sk_e197 * want)) * 2u)))]; \
                 g_out = (g_out + 1u); \
             } \
         } \
@@ -103,8 +104,8 @@
     unsigned int n_sel = (t_above + t_take); \
     __syncthreads(); \
     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e177 = listed_cols[(0u + i)]; \
-        float zi = sk_bitcast<float>((sk_e177 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e177) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e198 = listed_cols[(0u + i)]; \
+        float zi = sk_bitcast<float>((sk_e198 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e198) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi); \
         listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull)); \
         listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u)); \
@@ -141,9 +142,9 @@
     unsigned int n_lo = 0u; \
     unsigned int n_unsure = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e179 = listed_cols[(1285u + r)]; \
-        const float sk_e178 = sk_bitcast<float>((sk_e179 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((sk_e178 == row_m) ? (1.0f) : (sk_e178 / row_m)); \
+        const unsigned int sk_e200 = listed_cols[(1285u + r)]; \
+        const float sk_e199 = sk_bitcast<float>((sk_e200 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e200) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((sk_e199 == row_m) ? (1.0f) : (sk_e199 / row_m)); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         float bf = sk_fixed_f32(br); \
@@ -217,16 +218,16 @@
         double best64 = sk_bitcast<double>(18442240474082181120ull); \
         unsigned int best64_i = 4294967295u; \
         bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-        const unsigned int sk_e198 = (row * 12u); \
-        bool ow_ranked = ((rows[(sk_e198 + 1u)] == 1u) && (rows[(sk_e198 + 6u)] == 1u)); \
+        const unsigned int sk_e219 = (row * 12u); \
+        bool ow_ranked = ((rows[(sk_e219 + 1u)] == 1u) && (rows[(sk_e219 + 6u)] == 1u)); \
         unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
         unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
         unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
         unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
         for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
             unsigned int rc = listed_cols[(1542u + r)]; \
-            const unsigned int sk_e199 = listed_cols[(1285u + r)]; \
-            float rz = sk_bitcast<float>((sk_e199 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e199) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e220 = listed_cols[(1285u + r)]; \
+            float rz = sk_bitcast<float>((sk_e220 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             if (ow_ranked) { \
                 sk_merge_row_3(rz, noisy, row, r, best64, best64_i); \
             } else { \

@@ -86,13 +86,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e57 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e57 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e57) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e80 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e80 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e58 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], r))); \
+                const unsigned int sk_e81 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \

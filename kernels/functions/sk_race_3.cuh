@@ -26,21 +26,21 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_49(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_49(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_49(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_49(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -86,13 +86,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e414 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e414 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e414) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e458 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e458 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e458) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e415 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e415 + 8u)], rows[(sk_e415 + 9u)], rows[(sk_e415 + 10u)], r))); \
+                const unsigned int sk_e459 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e459 + 8u)], rows[(sk_e459 + 9u)], rows[(sk_e459 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -141,21 +141,21 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_45(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_45(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_45(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_45(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -183,21 +183,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_44(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_44(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_44(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_44(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

@@ -35,16 +35,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_16(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_61(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_16(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_61(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_16(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_61(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_16(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_61(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -90,13 +90,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e236 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e236 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e236) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e280 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e280 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e280) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = sk_log64(((double)rk_v)); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e237 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e237 + 8u)], rows[(sk_e237 + 9u)], rows[(sk_e237 + 10u)], r))); \
+                const unsigned int sk_e281 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e281 + 8u)], rows[(sk_e281 + 9u)], rows[(sk_e281 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -154,16 +154,16 @@
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_13(col_lo, li0, zx0, rk_key, rk_mine); \
+                            sk_read_step_60(col_lo, li0, zx0, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_13(col_lo, li1, zx1, rk_key, rk_mine); \
+                            sk_read_step_60(col_lo, li1, zx1, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_13(col_lo, li2, zx2, rk_key, rk_mine); \
+                            sk_read_step_60(col_lo, li2, zx2, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_13(col_lo, li3, zx3, rk_key, rk_mine); \
+                            sk_read_step_60(col_lo, li3, zx3, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -200,16 +200,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_59(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_59(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_59(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_12(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
+                        sk_read_step_59(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

@@ -6,8 +6,8 @@
     double s64 = sk_log64(((double)rt_z)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e74 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], (col_lo + li0)))); \
+        const unsigned int sk_e90 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e90 + 8u)], rows[(sk_e90 + 9u)], rows[(sk_e90 + 10u)], (col_lo + li0)))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && ((col_lo + li0) < bestr64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \

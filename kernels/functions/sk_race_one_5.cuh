@@ -4,8 +4,8 @@
 #define sk_race_one_5(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e154 = (mo_col & 3u); \
-    float score = (mo_z / sk_exponential(((sk_e154 == 3u) ? ((w4).w) : ((sk_e154 == 2u) ? ((w4).z) : ((sk_e154 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e174 = (mo_col & 3u); \
+    float score = (mo_z / sk_exponential(((sk_e174 == 3u) ? ((w4).w) : ((sk_e174 == 2u) ? ((w4).z) : ((sk_e174 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (mo_col < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \

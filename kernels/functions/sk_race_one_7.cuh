@@ -6,8 +6,8 @@
     double s64 = sk_log64(((double)rt_z)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e67 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e67 + 8u)], rows[(sk_e67 + 9u)], rows[(sk_e67 + 10u)], rt_col))); \
+        const unsigned int sk_e83 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], rt_col))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \

@@ -3,9 +3,9 @@
 // `sk_race_part_2`, included by each kernel that calls it
 #define sk_race_part_2(mr_q0, n_cols, mr_floor, mr_w0, mr_in, col_lo, sk_c0, sk_c1, sk_c2, sk_c3, best, best_i) { \
     /* built by kernels::filter_min_p::race_part */ \
-    const unsigned int sk_e27 = ((mr_q0 * 4u) + sk_c0); \
-    const unsigned int sk_e26 = ((sk_e27 < n_cols) ? (part_keys[min(sk_e27, (n_cols - 1u))]) : 0u); \
-    float mr_v = sk_bitcast<float>((sk_e26 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e26) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+    const unsigned int sk_e33 = ((mr_q0 * 4u) + sk_c0); \
+    const unsigned int sk_e32 = ((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u); \
+    float mr_v = sk_bitcast<float>((sk_e32 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e32) >> 31u)) ^ 4294967295u) | 2147483648u))); \
     float mr_may_edge = (fmaxf(best, mr_floor) * sk_uniform((mr_w0 ^ 4294967295u))); \
     bool mr_may = (!(((mr_may_edge >= (1.1754944e-38f)) && (mr_may_edge < sk_bitcast<float>(2139095040u))) && ((mr_v * (1.0000153f)) < mr_may_edge))); \
     if ((mr_may && ((mr_in & sk_c1) != 0u))) { \

@@ -42,8 +42,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e46 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e46 < 464u) ? (part_hist[min(sk_e46, 463u)]) : 0u)); \
+                const unsigned int sk_e52 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e52 < 464u) ? (part_hist[min(sk_e52, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -56,8 +56,8 @@
             unsigned int t_my_at = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e47 = (t_lo + tj); \
-                unsigned int t_c = ((sk_e47 < 464u) ? (part_hist[min(sk_e47, 463u)]) : 0u); \
+                const unsigned int sk_e53 = (t_lo + tj); \
+                unsigned int t_c = ((sk_e53 < 464u) ? (part_hist[min(sk_e53, 463u)]) : 0u); \
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
                     t_my_bin = ((t_lo + tj) + 1u); \
                     t_my_above = (t_run - t_above); \

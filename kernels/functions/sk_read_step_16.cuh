@@ -6,7 +6,8 @@
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+    const float sk_e25 = ((ov == (0.0f)) ? (0.0f) : ov); \
+    unsigned int key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \

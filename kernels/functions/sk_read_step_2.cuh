@@ -4,12 +4,12 @@
 #define sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + c0); \
-    const float sk_e22 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22); \
-    const float sk_e23 = sk_load_x((size_t)(zx_at) + 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23); \
-    const float sk_e24 = sk_load_x((size_t)(zx_at) + 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24); \
-    const float sk_e25 = sk_load_x((size_t)(zx_at) + 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25); \
+    const float sk_e29 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29); \
+    const float sk_e30 = sk_load_x((size_t)(zx_at) + 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30); \
+    const float sk_e31 = sk_load_x((size_t)(zx_at) + 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31); \
+    const float sk_e32 = sk_load_x((size_t)(zx_at) + 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32); \
 }

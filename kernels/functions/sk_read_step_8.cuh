@@ -6,7 +6,8 @@
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+    const float sk_e114 = ((ov == (0.0f)) ? (0.0f) : ov); \
+    unsigned int key = (sk_bitcast<unsigned int>(sk_e114) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e114) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \

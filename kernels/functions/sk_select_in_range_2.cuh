@@ -3,8 +3,8 @@
 // `sk_select_in_range_2`, included by each kernel that calls it
 #define sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
     /* built by kernels::filter_top_p::select_in_range */ \
-    const float sk_e170 = sk_load_x((base + rcol)); \
-    float rz_x = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170); \
+    const float sk_e186 = sk_load_x((base + rcol)); \
+    float rz_x = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186); \
     float rz = (rz_x / temp); \
     if (cut_seeded) { \
         sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \

@@ -24,10 +24,10 @@
         sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
         sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
     } \
-    const float sk_e108 = sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+    const float sk_e124 = sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
     { \
         const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = sk_fixed(((sk_e108 == cut_mx) ? (1.0f) : (sk_e108 / cut_mx))); \
+        const unsigned long long sk_add = sk_fixed(((sk_e124 == cut_mx) ? (1.0f) : (sk_e124 / cut_mx))); \
         sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
         sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
         sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \

@@ -10,8 +10,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e41 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e41 ? tn64 : (((lim - sel_m) / (sk_e41 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e45 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e45 ? tn64 : (((lim - sel_m) / (sk_e45 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -43,21 +43,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                        sk_read_step_27(col_lo, li0, zx0, temp, mx, s_key, mine); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                        sk_read_step_27(col_lo, li1, zx1, temp, mx, s_key, mine); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                        sk_read_step_27(col_lo, li2, zx2, temp, mx, s_key, mine); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                        sk_read_step_27(col_lo, li3, zx3, temp, mx, s_key, mine); \
                     } \
                 } \
             } \
@@ -92,21 +92,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_30(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_30(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_30(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_30(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -136,9 +136,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
@@ -149,7 +149,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = (zx0 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e82 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e82) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -159,8 +160,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e70 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e70 : (zv + sk_e70)) : zv); \
+                            const float sk_e83 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e83 : (zv + sk_e83)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -173,7 +174,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = (zx1 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e84 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e84) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e84) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -183,8 +185,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e71 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e71 : (zv + sk_e71)) : zv); \
+                            const float sk_e85 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e85 : (zv + sk_e85)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -197,7 +199,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = (zx2 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e86 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e86) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e86) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -207,8 +210,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e72 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e72 : (zv + sk_e72)) : zv); \
+                            const float sk_e87 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e87 : (zv + sk_e87)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -221,7 +224,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = (zx3 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e88 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e88) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e88) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -231,8 +235,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e73 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e73 : (zv + sk_e73)) : zv); \
+                            const float sk_e89 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e89 : (zv + sk_e89)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \

@@ -79,7 +79,7 @@
                     const float sk_e36 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
                     zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
                 } else { \
-                    sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_26(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
@@ -202,16 +202,16 @@
                     } \
                     unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]; \
                     if ((pi64 != 4294967295u)) { \
-                        const unsigned int sk_e74 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e74 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e74 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
+                        const unsigned int sk_e90 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e90 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e90 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
                             /* built by kernels::filters::keep_best */ \
-                            const unsigned int sk_e75 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e75 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e75 + 0u)])))); \
+                            const unsigned int sk_e91 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e91 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e91 + 0u)])))); \
                             best64_i = pi64; \
                         } \
                     } \
-                    const unsigned int sk_e76 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
-                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e76 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e76 + 0u)])))); \
+                    const unsigned int sk_e92 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
+                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e92 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e92 + 0u)])))); \
                 } \
                 float win = (0.0f); \
                 unsigned int tok32 = 0u; \
@@ -235,8 +235,8 @@
                     /* built by kernels::abi::write_results_as */ \
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e77 = sk_load_x((base + tok_at)); \
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+                        const float sk_e93 = sk_load_x((base + tok_at)); \
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -82,16 +82,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_30(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_31(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_30(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_31(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_30(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_31(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_30(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_31(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
             } \
         } \
@@ -202,16 +202,16 @@
                     } \
                     unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]; \
                     if ((pi64 != 4294967295u)) { \
-                        const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
+                        const unsigned int sk_e46 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e46 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e46 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
                             /* built by kernels::filters::keep_best */ \
-                            const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)])))); \
+                            const unsigned int sk_e47 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e47 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e47 + 0u)])))); \
                             best64_i = pi64; \
                         } \
                     } \
-                    const unsigned int sk_e32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
-                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e32 + 0u)])))); \
+                    const unsigned int sk_e48 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
+                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e48 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e48 + 0u)])))); \
                 } \
                 float win = (0.0f); \
                 unsigned int tok32 = 0u; \
@@ -234,8 +234,8 @@
                 if (((flags & 1u) != 0u)) { \
                     /* built by kernels::abi::write_results_as */ \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e33 = sk_load_x((base + tok_at)); \
-                        logprobs[row] = (valid ? ((sk_e33 > (0.0f)) ? sk_log(sk_e33) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+                        const float sk_e49 = sk_load_x((base + tok_at)); \
+                        logprobs[row] = (valid ? ((sk_e49 > (0.0f)) ? sk_log(sk_e49) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -21,9 +21,9 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_48(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
             } \
             if ((li0 < sweep_n)) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -75,8 +75,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e396 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e396 ? tn64 : (((lim - sel_m) / (sk_e396 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e432 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e432 ? tn64 : (((lim - sel_m) / (sk_e432 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -108,21 +108,21 @@
                             unsigned int li3 = (c0 + 3u); \
                             float zx3 = (0.0f); \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                             } else { \
-                                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                                sk_read_step_43(col_lo, li0, zx0, temp, mx, s_key, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                                sk_read_step_43(col_lo, li1, zx1, temp, mx, s_key, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                                sk_read_step_43(col_lo, li2, zx2, temp, mx, s_key, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                                sk_read_step_43(col_lo, li3, zx3, temp, mx, s_key, mine); \
                             } \
                         } \
                     } \
@@ -136,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e405 = (row * 12u); \
-    if ((((rows[(sk_e405 + 1u)] == 1u) && (rows[(sk_e405 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e445 = (row * 12u); \
+    if ((((rows[(sk_e445 + 1u)] == 1u) && (rows[(sk_e445 + 6u)] == 1u)) && filtered)) { \
         sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -166,21 +166,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_46(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_51(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_46(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_51(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_46(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_51(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_46(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_51(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -210,9 +210,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_40(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
@@ -223,7 +223,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = (zx0 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e508 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e508) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e508) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -233,8 +234,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e452 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e452 : (zv + sk_e452)) : zv); \
+                            const float sk_e509 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e509 : (zv + sk_e509)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -247,7 +248,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = (zx1 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e510 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e510) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e510) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -257,8 +259,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e453 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e453 : (zv + sk_e453)) : zv); \
+                            const float sk_e511 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e511 : (zv + sk_e511)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -271,7 +273,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = (zx2 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e512 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e512) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e512) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -281,8 +284,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e454 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e454 : (zv + sk_e454)) : zv); \
+                            const float sk_e513 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e513 : (zv + sk_e513)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -295,7 +298,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = (zx3 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e514 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e514) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e514) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -305,8 +309,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e455 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e455 : (zv + sk_e455)) : zv); \
+                            const float sk_e515 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e515 : (zv + sk_e515)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -340,8 +344,8 @@
         /* built by kernels::abi::write_results_as */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e456 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e456) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e456) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e516 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e516) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e516) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -21,7 +21,7 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_53(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
                 /* built by kernels::filter_values::read_step */ \
                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -71,8 +71,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e234 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e234 ? tn64 : (((lim - sel_m) / (sk_e234 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e270 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e270 ? tn64 : (((lim - sel_m) / (sk_e270 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -113,16 +113,16 @@
                                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li0, zx0, s_key, mx, mine); \
+                                sk_read_step_58(col_lo, li0, zx0, s_key, mx, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li1, zx1, s_key, mx, mine); \
+                                sk_read_step_58(col_lo, li1, zx1, s_key, mx, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li2, zx2, s_key, mx, mine); \
+                                sk_read_step_58(col_lo, li2, zx2, s_key, mx, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li3, zx3, s_key, mx, mine); \
+                                sk_read_step_58(col_lo, li3, zx3, s_key, mx, mine); \
                             } \
                         } \
                     } \
@@ -136,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e235 = (row * 12u); \
-    if ((((rows[(sk_e235 + 1u)] == 1u) && (rows[(sk_e235 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e275 = (row * 12u); \
+    if ((((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u)) && filtered)) { \
         sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -175,16 +175,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_63(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_63(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_63(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_63(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -231,7 +231,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = zx0; \
                         float ov = zv; \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e298 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e298) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e298) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -254,7 +255,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = zx1; \
                         float ov = zv; \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e299 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e299) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e299) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -277,7 +279,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = zx2; \
                         float ov = zv; \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e300 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e300) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e300) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -300,7 +303,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = zx3; \
                         float ov = zv; \
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
+                        const float sk_e301 = ((ov == (0.0f)) ? (0.0f) : ov); \
+                        unsigned int key = (sk_bitcast<unsigned int>(sk_e301) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e301) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -343,8 +347,8 @@
     if (((flags & 1u) != 0u)) { \
         /* built by kernels::abi::write_results_as */ \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e242 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? ((sk_e242 > (0.0f)) ? sk_log(sk_e242) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e302 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? ((sk_e302 > (0.0f)) ? sk_log(sk_e302) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -3,8 +3,8 @@
 // `sk_write_results_as`, included by each kernel that calls it
 #define sk_write_results_as(base, ow_at, temp, row, ow_valid, cut_mx, cut_mass) { \
     /* built by kernels::abi::write_results_as */ \
-    const float sk_e207 = sk_load_x((base + ow_at)); \
-    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e207) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e207); \
+    const float sk_e227 = sk_load_x((base + ow_at)); \
+    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e227) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e227); \
     float ow_v = (ow_v_x / temp); \
     if ((threadIdx.x == 0u)) { \
         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(cut_mass)) : sk_bitcast<float>(4286578688u)); \

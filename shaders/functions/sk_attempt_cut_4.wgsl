@@ -16,8 +16,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e135: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e135)) + 1lu), tn64, sk_e135)));
+    let sk_e153: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e153)) + 1lu), tn64, sk_e153)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -27,14 +27,14 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e136: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e136)) + 1lu), tn64, sk_e136)));
+        let sk_e154: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e154)) + 1lu), tn64, sk_e154)));
         t_least = ties;
         sel_m = t_sel_m;
         lim = t_lim;
     }
-    let sk_e137: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
-    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e137 / cut_mx), (1.0f), (sk_e137 == cut_mx)) >= mp));
+    let sk_e155: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e155 / cut_mx), (1.0f), (sk_e155 == cut_mx)) >= mp));
     var t_kept: u32 = select(0u, ties, t_min_p);
     var t_unsure: u32 = (t_kept - select(0u, t_least, t_min_p));
     var t_part: u32 = 0u;
@@ -58,8 +58,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e138: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e138 > best) || ((sk_e138 == best) && (w_i < best_i)))) {
+                    let sk_e156: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e156 > best) || ((sk_e156 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -68,12 +68,12 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e140: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e139: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e140 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e140 + 0u)]))));
-                    if (((sk_e139 > best64) || ((sk_e139 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e158: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e157: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e158 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e158 + 0u)]))));
+                    if (((sk_e157 > best64) || ((sk_e157 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e141: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e141 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e141 + 0u)]))));
+                        let sk_e159: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e159 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e159 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -107,7 +107,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = sk_load_x((base + col));
             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
             var tov: f32 = tz;
-            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+            let sk_e160: f32 = select(tov, (0.0f), (tov == (0.0f)));
+            if ((((bitcast<u32>(sk_e160) ^ (bitcast<u32>((bitcast<i32>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                 t_mine = (t_mine + 1u);
             }
         }
@@ -118,7 +119,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = sk_load_x((base + col));
             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
             var tov: f32 = tz;
-            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+            let sk_e161: f32 = select(tov, (0.0f), (tov == (0.0f)));
+            if ((((bitcast<u32>(sk_e161) ^ (bitcast<u32>((bitcast<i32>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
                         sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);

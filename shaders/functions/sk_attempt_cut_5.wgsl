@@ -27,8 +27,8 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e119: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e119)) + 1lu), tn64, sk_e119)));
+    let sk_e136: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e136)) + 1lu), tn64, sk_e136)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -41,12 +41,12 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
         var ri_key: u32 = 0u;
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
             // built by kernels::filter_top_p::select_in_range
-            let sk_e120: u32 = (ti / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e120) * 1317u) + (5u + ((ti - (sk_e120 * 640u)) * 2u)))]);
+            let sk_e137: u32 = (ti / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e137) * 1317u) + (5u + ((ti - (sk_e137 * 640u)) * 2u)))]);
         }
         var tk_key: u32 = ri_key;
-        let sk_e121: u32 = (ti / 640u);
-        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e121) * 1317u) + (6u + ((ti - (sk_e121 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+        let sk_e138: u32 = (ti / 640u);
+        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e138) * 1317u) + (6u + ((ti - (sk_e138 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
         if ((tk != 0u)) {
             var t_in: u32 = (t_top - tk);
             var t_d: u32 = t_in;
@@ -80,12 +80,12 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
                     var ri_key: u32 = 0u;
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                         // built by kernels::filter_top_p::select_in_range
-                        let sk_e122: u32 = (ti / 640u);
-                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e122) * 1317u) + (5u + ((ti - (sk_e122 * 640u)) * 2u)))]);
+                        let sk_e139: u32 = (ti / 640u);
+                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e139) * 1317u) + (5u + ((ti - (sk_e139 * 640u)) * 2u)))]);
                     }
                     var tk_key: u32 = ri_key;
-                    let sk_e123: u32 = (ti / 640u);
-                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e123) * 1317u) + (6u + ((ti - (sk_e123 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                    let sk_e140: u32 = (ti / 640u);
+                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e140) * 1317u) + (6u + ((ti - (sk_e140 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                     if ((tk != 0u)) {
                         sk_within(t_top, t_span_from, tk, t_span);
                     }
@@ -97,8 +97,8 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e124: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e124, 463u)]), (sk_e124 < 464u)));
+                let sk_e141: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e141, 463u)]), (sk_e141 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -131,12 +131,12 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
             var ri_key: u32 = 0u;
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e126: u32 = (ti / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e126) * 1317u) + (5u + ((ti - (sk_e126 * 640u)) * 2u)))]);
+                let sk_e143: u32 = (ti / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e143) * 1317u) + (5u + ((ti - (sk_e143 * 640u)) * 2u)))]);
             }
             var tk_key: u32 = ri_key;
-            let sk_e127: u32 = (ti / 640u);
-            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e127) * 1317u) + (6u + ((ti - (sk_e127 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+            let sk_e144: u32 = (ti / 640u);
+            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e144) * 1317u) + (6u + ((ti - (sk_e144 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
             if ((tk != 0u)) {
                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
             }
@@ -166,12 +166,12 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
         var ri_p: u32 = (i / 640u);
         var ri_key: u32 = 0u;
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-            let sk_e128: u32 = (i / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e128) * 1317u) + (5u + ((i - (sk_e128 * 640u)) * 2u)))]);
+            let sk_e145: u32 = (i / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e145) * 1317u) + (5u + ((i - (sk_e145 * 640u)) * 2u)))]);
         }
         var rk: u32 = ri_key;
-        let sk_e129: u32 = (i / 640u);
-        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e129) * 1317u) + (6u + ((i - (sk_e129 * 640u)) * 2u)))]);
+        let sk_e146: u32 = (i / 640u);
+        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e146) * 1317u) + (6u + ((i - (sk_e146 * 640u)) * 2u)))]);
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp)))) {
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -189,7 +189,8 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
         var sk_valid: bool = (sk_tok < params.vocab);
         var sk_z_x: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
         var sk_z: f32 = select((0.0f), sk_z_x, ((sk_z_x > (0.0f)) && (sk_z_x < bitcast<f32>(2139095040u))));
-        var sk_key: u32 = (bitcast<u32>(sk_z) ^ (bitcast<u32>((bitcast<i32>(sk_z) >> 31u)) | 2147483648u));
+        let sk_e149: f32 = select(sk_z, (0.0f), (sk_z == (0.0f)));
+        var sk_key: u32 = (bitcast<u32>(sk_e149) ^ (bitcast<u32>((bitcast<i32>(sk_e149) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept
@@ -197,14 +198,14 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
             var ri_key: u32 = 0u;
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e132: u32 = (i / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e132) * 1317u) + (5u + ((i - (sk_e132 * 640u)) * 2u)))]);
+                let sk_e150: u32 = (i / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e150) * 1317u) + (5u + ((i - (sk_e150 * 640u)) * 2u)))]);
             }
             var sk_k: u32 = ri_key;
-            let sk_e133: u32 = (i / 640u);
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e133) * 1317u) + (6u + ((i - (sk_e133 * 640u)) * 2u)))]) < sk_tok))))) {
-                let sk_e134: f32 = bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                sk_ahead = (sk_ahead + sk_fixed(select((sk_e134 / cut_mx), (1.0f), (sk_e134 == cut_mx))));
+            let sk_e151: u32 = (i / 640u);
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e151) * 1317u) + (6u + ((i - (sk_e151 * 640u)) * 2u)))]) < sk_tok))))) {
+                let sk_e152: f32 = bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                sk_ahead = (sk_ahead + sk_fixed(select((sk_e152 / cut_mx), (1.0f), (sk_e152 == cut_mx))));
             }
         }
         var sk_ahead_all: u64 = 0lu;

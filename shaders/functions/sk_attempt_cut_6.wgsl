@@ -44,8 +44,8 @@ fn sk_attempt_cut_6(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cu
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e110: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e110)) + 1lu), tn64, sk_e110)));
+    let sk_e126: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e126)) + 1lu), tn64, sk_e126)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -98,8 +98,8 @@ fn sk_attempt_cut_6(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cu
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e111: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e111, 463u)]), (sk_e111 < 464u)));
+                let sk_e127: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e127, 463u)]), (sk_e127 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -175,14 +175,15 @@ fn sk_attempt_cut_6(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cu
         var sk_valid: bool = (sk_tok < params.vocab);
         var sk_z_x: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
         var sk_z: f32 = select((0.0f), sk_z_x, ((sk_z_x > (0.0f)) && (sk_z_x < bitcast<f32>(2139095040u))));
-        var sk_key: u32 = (bitcast<u32>(sk_z) ^ (bitcast<u32>((bitcast<i32>(sk_z) >> 31u)) | 2147483648u));
+        let sk_e131: f32 = select(sk_z, (0.0f), (sk_z == (0.0f)));
+        var sk_key: u32 = (bitcast<u32>(sk_e131) ^ (bitcast<u32>((bitcast<i32>(sk_e131) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept
             var sk_k: u32 = listed_cols[i];
             if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (listed_cols[(i + 2048u)] < sk_tok))))) {
-                let sk_e115: f32 = bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                sk_ahead = (sk_ahead + sk_fixed(select((sk_e115 / cut_mx), (1.0f), (sk_e115 == cut_mx))));
+                let sk_e132: f32 = bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                sk_ahead = (sk_ahead + sk_fixed(select((sk_e132 / cut_mx), (1.0f), (sk_e132 == cut_mx))));
             }
         }
         var sk_ahead_all: u64 = 0lu;

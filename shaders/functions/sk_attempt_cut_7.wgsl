@@ -16,8 +16,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e195: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e195)) + 1lu), tn64, sk_e195)));
+    let sk_e213: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e213)) + 1lu), tn64, sk_e213)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -27,8 +27,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e196: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e196)) + 1lu), tn64, sk_e196)));
+        let sk_e214: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e214)) + 1lu), tn64, sk_e214)));
         t_least = ties;
         sel_m = t_sel_m;
         lim = t_lim;
@@ -57,8 +57,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e197: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e197 > best) || ((sk_e197 == best) && (w_i < best_i)))) {
+                    let sk_e215: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e215 > best) || ((sk_e215 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -67,12 +67,12 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e199: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e198: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e199 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e199 + 0u)]))));
-                    if (((sk_e198 > best64) || ((sk_e198 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e217: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e216: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e217 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e217 + 0u)]))));
+                    if (((sk_e216 > best64) || ((sk_e216 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e200: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e200 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e200 + 0u)]))));
+                        let sk_e218: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e218 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e218 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -103,11 +103,12 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
         var t_mine: u32 = 0u;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e201: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
+            let sk_e219: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e219, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e219) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e220: f32 = select(tov, (0.0f), (tov == (0.0f)));
+            if ((((bitcast<u32>(sk_e220) ^ (bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 t_mine = (t_mine + 1u);
             }
         }
@@ -115,11 +116,12 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         t_rank0 = sk_block_scan(sk_lid, t_mine);
         var t_rank: u32 = t_rank0;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e202: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
+            let sk_e221: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e221, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e221) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e222: f32 = select(tov, (0.0f), (tov == (0.0f)));
+            if ((((bitcast<u32>(sk_e222) ^ (bitcast<u32>((bitcast<i32>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
                         if (cut_seeded) {

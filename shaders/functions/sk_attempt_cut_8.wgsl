@@ -27,8 +27,8 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e177: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e177)) + 1lu), tn64, sk_e177)));
+    let sk_e194: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e194)) + 1lu), tn64, sk_e194)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -41,12 +41,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         var ri_key: u32 = 0u;
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
             // built by kernels::filter_top_p::select_in_range
-            let sk_e178: u32 = (ti / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e178) * 1317u) + (5u + ((ti - (sk_e178 * 640u)) * 2u)))]);
+            let sk_e195: u32 = (ti / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e195) * 1317u) + (5u + ((ti - (sk_e195 * 640u)) * 2u)))]);
         }
         var tk_key: u32 = ri_key;
-        let sk_e179: u32 = (ti / 640u);
-        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e179) * 1317u) + (6u + ((ti - (sk_e179 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+        let sk_e196: u32 = (ti / 640u);
+        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e196) * 1317u) + (6u + ((ti - (sk_e196 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
         if ((tk != 0u)) {
             var t_in: u32 = (t_top - tk);
             var t_d: u32 = t_in;
@@ -80,12 +80,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
                     var ri_key: u32 = 0u;
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                         // built by kernels::filter_top_p::select_in_range
-                        let sk_e180: u32 = (ti / 640u);
-                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e180) * 1317u) + (5u + ((ti - (sk_e180 * 640u)) * 2u)))]);
+                        let sk_e197: u32 = (ti / 640u);
+                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e197) * 1317u) + (5u + ((ti - (sk_e197 * 640u)) * 2u)))]);
                     }
                     var tk_key: u32 = ri_key;
-                    let sk_e181: u32 = (ti / 640u);
-                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e181) * 1317u) + (6u + ((ti - (sk_e181 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                    let sk_e198: u32 = (ti / 640u);
+                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e198) * 1317u) + (6u + ((ti - (sk_e198 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                     if ((tk != 0u)) {
                         sk_within(t_top, t_span_from, tk, t_span);
                     }
@@ -97,8 +97,8 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e182: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e182, 463u)]), (sk_e182 < 464u)));
+                let sk_e199: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e199, 463u)]), (sk_e199 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -131,12 +131,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var ri_key: u32 = 0u;
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e184: u32 = (ti / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e184) * 1317u) + (5u + ((ti - (sk_e184 * 640u)) * 2u)))]);
+                let sk_e201: u32 = (ti / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e201) * 1317u) + (5u + ((ti - (sk_e201 * 640u)) * 2u)))]);
             }
             var tk_key: u32 = ri_key;
-            let sk_e185: u32 = (ti / 640u);
-            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e185) * 1317u) + (6u + ((ti - (sk_e185 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+            let sk_e202: u32 = (ti / 640u);
+            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e202) * 1317u) + (6u + ((ti - (sk_e202 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
             if ((tk != 0u)) {
                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
             }
@@ -166,16 +166,16 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         var ri_p: u32 = (i / 640u);
         var ri_key: u32 = 0u;
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-            let sk_e186: u32 = (i / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e186) * 1317u) + (5u + ((i - (sk_e186 * 640u)) * 2u)))]);
+            let sk_e203: u32 = (i / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e203) * 1317u) + (5u + ((i - (sk_e203 * 640u)) * 2u)))]);
         }
         var rk: u32 = ri_key;
-        let sk_e187: u32 = (i / 640u);
-        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e187) * 1317u) + (6u + ((i - (sk_e187 * 640u)) * 2u)))]);
+        let sk_e204: u32 = (i / 640u);
+        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e204) * 1317u) + (6u + ((i - (sk_e204 * 640u)) * 2u)))]);
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) {
-            let sk_e188: f32 = sk_load_x((base + rcol));
-            var rz_x: f32 = select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u));
+            let sk_e205: f32 = sk_load_x((base + rcol));
+            var rz_x: f32 = select(sk_e205, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e205) & 2147483647u) > 2139095040u));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {
                 sk_race_one_6(rov, noisy, row, rcol, &best64, &best64_i);
@@ -194,11 +194,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e191: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
-        var sk_z_x: f32 = select(sk_e191, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e191) & 2147483647u) > 2139095040u));
+        let sk_e208: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
+        var sk_z_x: f32 = select(sk_e208, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e208) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e192: f32 = (sk_z - cut_mx);
-        var sk_key: u32 = (bitcast<u32>(sk_e192) ^ (bitcast<u32>((bitcast<i32>(sk_e192) >> 31u)) | 2147483648u));
+        let sk_e210: f32 = (sk_z - cut_mx);
+        let sk_e209: f32 = select(sk_e210, (0.0f), (sk_e210 == (0.0f)));
+        var sk_key: u32 = (bitcast<u32>(sk_e209) ^ (bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept
@@ -206,12 +207,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var ri_key: u32 = 0u;
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e193: u32 = (i / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e193) * 1317u) + (5u + ((i - (sk_e193 * 640u)) * 2u)))]);
+                let sk_e211: u32 = (i / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e211) * 1317u) + (5u + ((i - (sk_e211 * 640u)) * 2u)))]);
             }
             var sk_k: u32 = ri_key;
-            let sk_e194: u32 = (i / 640u);
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e194) * 1317u) + (6u + ((i - (sk_e194 * 640u)) * 2u)))]) < sk_tok))))) {
+            let sk_e212: u32 = (i / 640u);
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e212) * 1317u) + (6u + ((i - (sk_e212 * 640u)) * 2u)))]) < sk_tok))))) {
                 sk_ahead = (sk_ahead + sk_fixed(sk_exp_nonpositive(bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))))));
             }
         }

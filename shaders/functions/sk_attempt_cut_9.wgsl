@@ -44,8 +44,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e167: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e167)) + 1lu), tn64, sk_e167)));
+    let sk_e183: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e183)) + 1lu), tn64, sk_e183)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -98,8 +98,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e168: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e168, 463u)]), (sk_e168 < 464u)));
+                let sk_e184: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e184, 463u)]), (sk_e184 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -160,8 +160,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) {
-            let sk_e170: f32 = sk_load_x((base + rcol));
-            var rz_x: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
+            let sk_e186: f32 = sk_load_x((base + rcol));
+            var rz_x: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {
                 sk_race_one_6(rov, noisy, row, rcol, &best64, &best64_i);
@@ -180,11 +180,12 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e173: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
-        var sk_z_x: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
+        let sk_e189: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
+        var sk_z_x: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e174: f32 = (sk_z - cut_mx);
-        var sk_key: u32 = (bitcast<u32>(sk_e174) ^ (bitcast<u32>((bitcast<i32>(sk_e174) >> 31u)) | 2147483648u));
+        let sk_e191: f32 = (sk_z - cut_mx);
+        let sk_e190: f32 = select(sk_e191, (0.0f), (sk_e191 == (0.0f)));
+        var sk_key: u32 = (bitcast<u32>(sk_e190) ^ (bitcast<u32>((bitcast<i32>(sk_e190) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

@@ -45,22 +45,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e20))), sk_e20);
         }
         {
-            sk_read_step_36(zx0, li0, n_cols, &m);
+            sk_read_step_38(zx0, li0, n_cols, &m);
         }
         {
-            sk_read_step_36(zx1, li1, n_cols, &m);
+            sk_read_step_38(zx1, li1, n_cols, &m);
         }
         {
-            sk_read_step_36(zx2, li2, n_cols, &m);
+            sk_read_step_38(zx2, li2, n_cols, &m);
         }
         {
-            sk_read_step_36(zx3, li3, n_cols, &m);
+            sk_read_step_38(zx3, li3, n_cols, &m);
         }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
     workgroupBarrier();
-    var top_key: u32 = (bitcast<u32>(part_m) ^ (bitcast<u32>((bitcast<i32>(part_m) >> 31u)) | 2147483648u));
+    let sk_e25: f32 = select(part_m, (0.0f), (part_m == (0.0f)));
+    var top_key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
     var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
     var s: f32 = (0.0f);
     for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
@@ -89,7 +90,8 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
     if ((mr_row && ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))))) {
         // built by kernels::filter_min_p::races
         var mr_floor_v: f32 = ((mp * part_m) * (0.99999905f));
-        mr_band = (bitcast<u32>(mr_floor_v) ^ (bitcast<u32>((bitcast<i32>(mr_floor_v) >> 31u)) | 2147483648u));
+        let sk_e26: f32 = select(mr_floor_v, (0.0f), (mr_floor_v == (0.0f)));
+        mr_band = (bitcast<u32>(sk_e26) ^ (bitcast<u32>((bitcast<i32>(sk_e26) >> 31u)) | 2147483648u));
         var t_d: u32 = (top_key - mr_band);
         var t_e: u32 = firstLeadingBit((t_d | 32u));
         var t_near_bin: u32 = select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u));
@@ -98,8 +100,8 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            let sk_e21: u32 = (t_near_lo + tj);
-            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e21, 463u)]), (sk_e21 < 464u)), (sk_e21 < t_near_bin)));
+            let sk_e27: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e27, 463u)]), (sk_e27 < 464u)), (sk_e27 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -126,23 +128,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e22: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e22, (n_cols - 1u))], (sk_e22 < n_cols)) >= mr_band)) {
+        let sk_e28: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e28, (n_cols - 1u))], (sk_e28 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e23: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e23, (n_cols - 1u))], (sk_e23 < n_cols)) >= mr_band)) {
+        let sk_e29: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e29, (n_cols - 1u))], (sk_e29 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e24: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e24, (n_cols - 1u))], (sk_e24 < n_cols)) >= mr_band)) {
+        let sk_e30: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e30, (n_cols - 1u))], (sk_e30 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e25: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e25, (n_cols - 1u))], (sk_e25 < n_cols)) >= mr_band)) {
+        let sk_e31: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -179,20 +181,20 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e34: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e34, (n_cols - 1u))], (sk_e34 < n_cols)) >= mr_band)) {
+            let sk_e40: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e40, (n_cols - 1u))], (sk_e40 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e35: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e35, (n_cols - 1u))], (sk_e35 < n_cols)) >= mr_band)) {
+            let sk_e41: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e41, (n_cols - 1u))], (sk_e41 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e36: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e36, (n_cols - 1u))], (sk_e36 < n_cols)) >= mr_band)) {
+            let sk_e42: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e42, (n_cols - 1u))], (sk_e42 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e37: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e37, (n_cols - 1u))], (sk_e37 < n_cols)) >= mr_band)) {
+            let sk_e43: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e43, (n_cols - 1u))], (sk_e43 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

@@ -77,16 +77,16 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     zx3 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_69(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_69(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_69(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_55(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                    sk_read_step_69(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                 }
             }
         } else {
@@ -99,17 +99,21 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
         var part_m_range: u64 = 0lu;
         part_m_range = sk_block_sum_u64(sk_lid, m_range);
         var part_w_below: f32 = (0.0f);
-        let sk_e83: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-        let sk_e82: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e83))) + abs((cut_above_from * sk_e83))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
-        part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e82), (0.0f), (sk_e82 == bitcast<f32>(4286578688u)))));
+        let sk_e95: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+        let sk_e94: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e95))) + abs((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+        part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e94), (0.0f), (sk_e94 == bitcast<f32>(4286578688u)))));
         var part_min_above_not: u32 = 0u;
-        part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+        let sk_e96: f32 = select(min_above, (0.0f), (min_above == (0.0f)));
+        part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e96) ^ (bitcast<u32>((bitcast<i32>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
         var part_min_range_not: u32 = 0u;
-        part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+        let sk_e97: f32 = select(min_range, (0.0f), (min_range == (0.0f)));
+        part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e97) ^ (bitcast<u32>((bitcast<i32>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
         var part_max_range: u32 = 0u;
-        part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+        let sk_e98: f32 = select(max_range_v, (0.0f), (max_range_v == (0.0f)));
+        part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e98) ^ (bitcast<u32>((bitcast<i32>(sk_e98) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
         var part_max_below: u32 = 0u;
-        part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+        let sk_e99: f32 = select(max_below_v, (0.0f), (max_below_v == (0.0f)));
+        part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e99) ^ (bitcast<u32>((bitcast<i32>(sk_e99) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
         var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
         var part_best: f32 = (0.0f);
         var part_best_i: u32 = 0u;
@@ -149,8 +153,8 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                 // built by kernels::filter_top_p::race_tied_range
                 for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
                     var rt_col: u32 = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))];
-                    let sk_e84: f32 = sk_load_x((base + rt_col));
-                    var rt_z_x: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
+                    let sk_e100: f32 = sk_load_x((base + rt_col));
+                    var rt_z_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
                     var rt_z: f32 = (rt_z_x / temp);
                     var rt_ov: f32 = (rt_z - part_mx);
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {
@@ -159,8 +163,8 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                         } else {
                             // built by kernels::filter_top_k::race_one
                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            let sk_e86: u32 = (rt_col & 3u);
-                            var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e86 == 1u)), w4[2], (sk_e86 == 2u)), w4[3], (sk_e86 == 3u))));
+                            let sk_e102: u32 = (rt_col & 3u);
+                            var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e102 == 1u)), w4[2], (sk_e102 == 2u)), w4[3], (sk_e102 == 3u))));
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
                                 bestr = score;
@@ -184,40 +188,40 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                     if ((li3 < (col_hi - col_lo))) {
                         // built by kernels::filter_values::read_step
                         var zx_at: u32 = ((base + col_lo) + i0);
-                        let sk_e87: f32 = sk_load_x(zx_at);
-                        zx0 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
-                        let sk_e88: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                        zx1 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
-                        let sk_e89: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                        zx2 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
-                        let sk_e90: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                        zx3 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
+                        let sk_e103: f32 = sk_load_x(zx_at);
+                        zx0 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
+                        let sk_e104: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx1 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
+                        let sk_e105: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx2 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
+                        let sk_e106: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+                        zx3 = select(sk_e106, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e106) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::filter_values::read_step
-                        let sk_e92: u32 = (col_hi - col_lo);
-                        let sk_e91: f32 = sk_load_x(((base + col_lo) + select((sk_e92 - 1u), li0, (li0 < sk_e92))));
-                        zx0 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
-                        let sk_e94: u32 = (col_hi - col_lo);
-                        let sk_e93: f32 = sk_load_x(((base + col_lo) + select((sk_e94 - 1u), li1, (li1 < sk_e94))));
-                        zx1 = select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u));
-                        let sk_e96: u32 = (col_hi - col_lo);
-                        let sk_e95: f32 = sk_load_x(((base + col_lo) + select((sk_e96 - 1u), li2, (li2 < sk_e96))));
-                        zx2 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
-                        let sk_e98: u32 = (col_hi - col_lo);
-                        let sk_e97: f32 = sk_load_x(((base + col_lo) + select((sk_e98 - 1u), li3, (li3 < sk_e98))));
-                        zx3 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+                        let sk_e108: u32 = (col_hi - col_lo);
+                        let sk_e107: f32 = sk_load_x(((base + col_lo) + select((sk_e108 - 1u), li0, (li0 < sk_e108))));
+                        zx0 = select(sk_e107, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e107) & 2147483647u) > 2139095040u));
+                        let sk_e110: u32 = (col_hi - col_lo);
+                        let sk_e109: f32 = sk_load_x(((base + col_lo) + select((sk_e110 - 1u), li1, (li1 < sk_e110))));
+                        zx1 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
+                        let sk_e112: u32 = (col_hi - col_lo);
+                        let sk_e111: f32 = sk_load_x(((base + col_lo) + select((sk_e112 - 1u), li2, (li2 < sk_e112))));
+                        zx2 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
+                        let sk_e114: u32 = (col_hi - col_lo);
+                        let sk_e113: f32 = sk_load_x(((base + col_lo) + select((sk_e114 - 1u), li3, (li3 < sk_e114))));
+                        zx3 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
                     }
                     if ((li0 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_53(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li1 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_53(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li2 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_53(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_47(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_53(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                 }
             }

@@ -26,8 +26,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         var zx2: f32 = (0.0f);
         var zx3: f32 = (0.0f);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e11: u32 = (col_lo + i0);
-        if (((sk_e11 < col_hi) && ((col_hi - sk_e11) >= 4u))) {
+        let sk_e15: u32 = (col_lo + i0);
+        if (((sk_e15 < col_hi) && ((col_hi - sk_e15) >= 4u))) {
             // built by kernels::abi::load_quad_as
             zx0 = sk_load_x((zx_at + 0u));
             zx1 = sk_load_x((zx_at + 1u));
@@ -73,11 +73,11 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         if ((cut_race != 0u)) {
             // built by kernels::filter_top_p::cut_part
             cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-            let sk_e20: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-            if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (select((sk_e20 / part_mx), (1.0f), (sk_e20 == part_mx)) >= mp)))) {
-                let sk_e22: f32 = sk_uniform(cw4[0]);
-                let sk_e21: f32 = ((zx0 * (sk_e22 / ((1.0f) - sk_e22))) * (0.99998474f));
-                cut_lo0 = select(bitcast<f32>(4286578688u), sk_e21, ((sk_e21 >= (7.888609e-31f)) && (sk_e21 < (1.2676506e30f))));
+            let sk_e28: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+            if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (select((sk_e28 / part_mx), (1.0f), (sk_e28 == part_mx)) >= mp)))) {
+                let sk_e30: f32 = sk_uniform(cw4[0]);
+                let sk_e29: f32 = ((zx0 * (sk_e30 / ((1.0f) - sk_e30))) * (0.99998474f));
+                cut_lo0 = select(bitcast<f32>(4286578688u), sk_e29, ((sk_e29 >= (7.888609e-31f)) && (sk_e29 < (1.2676506e30f))));
             }
         }
         var cut_first: f32 = (0.0f);
@@ -117,8 +117,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         var zx2: f32 = (0.0f);
         var zx3: f32 = (0.0f);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e27: u32 = (col_lo + i0);
-        if (((sk_e27 < col_hi) && ((col_hi - sk_e27) >= 4u))) {
+        let sk_e35: u32 = (col_lo + i0);
+        if (((sk_e35 < col_hi) && ((col_hi - sk_e35) >= 4u))) {
             // built by kernels::abi::load_quad_as
             zx0 = sk_load_x((zx_at + 0u));
             zx1 = sk_load_x((zx_at + 1u));
@@ -190,8 +190,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         var cut_win_x: f32 = sk_load_x((base + up1_i));
         var cut_win: f32 = select((0.0f), cut_win_x, ((cut_win_x > (0.0f)) && (cut_win_x < bitcast<f32>(2139095040u))));
         var w4: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e40: u32 = (up1_i & 3u);
-        var score: f32 = (cut_win / sk_exponential(select(select(select(w4[0], w4[1], (sk_e40 == 1u)), w4[2], (sk_e40 == 2u)), w4[3], (sk_e40 == 3u))));
+        let sk_e52: u32 = (up1_i & 3u);
+        var score: f32 = (cut_win / sk_exponential(select(select(select(w4[0], w4[1], (sk_e52 == 1u)), w4[2], (sk_e52 == 2u)), w4[3], (sk_e52 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;
@@ -207,8 +207,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             var zx2: f32 = (0.0f);
             var zx3: f32 = (0.0f);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e41: u32 = (col_lo + i0);
-            if (((sk_e41 < col_hi) && ((col_hi - sk_e41) >= 4u))) {
+            let sk_e53: u32 = (col_lo + i0);
+            if (((sk_e53 < col_hi) && ((col_hi - sk_e53) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));
@@ -253,8 +253,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             var zx2: f32 = (0.0f);
             var zx3: f32 = (0.0f);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e54: u32 = (col_lo + i0);
-            if (((sk_e54 < col_hi) && ((col_hi - sk_e54) >= 4u))) {
+            let sk_e66: u32 = (col_lo + i0);
+            if (((sk_e66 < col_hi) && ((col_hi - sk_e66) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));

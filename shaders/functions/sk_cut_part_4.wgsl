@@ -25,8 +25,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
         var zx2: f32 = bitcast<f32>(4286578688u);
         var zx3: f32 = bitcast<f32>(4286578688u);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e24: u32 = (col_lo + i0);
-        if (((sk_e24 < col_hi) && ((col_hi - sk_e24) >= 4u))) {
+        let sk_e28: u32 = (col_lo + i0);
+        if (((sk_e28 < col_hi) && ((col_hi - sk_e28) >= 4u))) {
             // built by kernels::abi::load_quad_as
             zx0 = sk_load_x((zx_at + 0u));
             zx1 = sk_load_x((zx_at + 1u));
@@ -73,9 +73,9 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
             // built by kernels::filter_top_p::cut_part
             cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
             if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp)))) {
-                let sk_e33: f32 = sk_uniform(cw4[0]);
-                let sk_e34: f32 = (zx0 * cut_rcp_t);
-                cut_lo0 = ((sk_e34 - (abs(sk_e34) * (9.536743e-7f))) + ((((((f32(bitcast<u32>(sk_e33)) * (1.1920929e-7f)) - (127.0f)) - ((f32(bitcast<u32>(((1.0f) - sk_e33))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f)));
+                let sk_e41: f32 = sk_uniform(cw4[0]);
+                let sk_e42: f32 = (zx0 * cut_rcp_t);
+                cut_lo0 = ((sk_e42 - (abs(sk_e42) * (9.536743e-7f))) + ((((((f32(bitcast<u32>(sk_e41)) * (1.1920929e-7f)) - (127.0f)) - ((f32(bitcast<u32>(((1.0f) - sk_e41))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f)));
             }
         }
         var cut_first: f32 = (0.0f);
@@ -83,8 +83,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
         lo_best = cut_first;
         if ((cut_race != 0u)) {
             // built by kernels::filter_top_p::cut_part
-            let sk_e35: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
-            var cut_quad: bool = ((((sk_e35 + (abs(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e35 >= (1.7014118e38f)));
+            let sk_e43: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
+            var cut_quad: bool = ((((sk_e43 + (abs(sk_e43) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e43 >= (1.7014118e38f)));
             if (cut_quad) {
                 var cut_w0: u32 = cw4[0];
                 {
@@ -115,8 +115,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
         var zx2: f32 = bitcast<f32>(4286578688u);
         var zx3: f32 = bitcast<f32>(4286578688u);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e40: u32 = (col_lo + i0);
-        if (((sk_e40 < col_hi) && ((col_hi - sk_e40) >= 4u))) {
+        let sk_e48: u32 = (col_lo + i0);
+        if (((sk_e48 < col_hi) && ((col_hi - sk_e48) >= 4u))) {
             // built by kernels::abi::load_quad_as
             zx0 = sk_load_x((zx_at + 0u));
             zx1 = sk_load_x((zx_at + 1u));
@@ -160,8 +160,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
         if ((cut_race != 0u)) {
             // built by kernels::filter_top_p::cut_part
             var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-            let sk_e49: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
-            var cut_quad: bool = ((((sk_e49 + (abs(sk_e49) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e49 >= (1.7014118e38f)));
+            let sk_e61: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
+            var cut_quad: bool = ((((sk_e61 + (abs(sk_e61) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e61 >= (1.7014118e38f)));
             if (cut_quad) {
                 var cut_w0: u32 = cw4[0];
                 {
@@ -185,12 +185,12 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
     var cut_screen_floor: f32 = (0.0f);
     cut_screen_floor = sk_block_max_f32(sk_lid, lo_best);
     if (((up1_i != 4294967295u) && (up1 >= cut_screen_floor))) {
-        let sk_e54: f32 = sk_load_x((base + up1_i));
-        var cut_win_x: f32 = select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u));
+        let sk_e66: f32 = sk_load_x((base + up1_i));
+        var cut_win_x: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
         var cut_win: f32 = (cut_win_x / temp);
         var w4: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e55: u32 = (up1_i & 3u);
-        var score: f32 = (cut_win + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e55 == 1u)), w4[2], (sk_e55 == 2u)), w4[3], (sk_e55 == 3u))));
+        let sk_e67: u32 = (up1_i & 3u);
+        var score: f32 = (cut_win + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e67 == 1u)), w4[2], (sk_e67 == 2u)), w4[3], (sk_e67 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;
@@ -206,8 +206,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
             var zx2: f32 = bitcast<f32>(4286578688u);
             var zx3: f32 = bitcast<f32>(4286578688u);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e56: u32 = (col_lo + i0);
-            if (((sk_e56 < col_hi) && ((col_hi - sk_e56) >= 4u))) {
+            let sk_e68: u32 = (col_lo + i0);
+            if (((sk_e68 < col_hi) && ((col_hi - sk_e68) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));
@@ -252,8 +252,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
             var zx2: f32 = bitcast<f32>(4286578688u);
             var zx3: f32 = bitcast<f32>(4286578688u);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e69: u32 = (col_lo + i0);
-            if (((sk_e69 < col_hi) && ((col_hi - sk_e69) >= 4u))) {
+            let sk_e81: u32 = (col_lo + i0);
+            if (((sk_e81 < col_hi) && ((col_hi - sk_e81) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));

@@ -10,8 +10,8 @@ fn sk_cut_part_6(cut_w0: u32, zx0: f32, cut_race: u32, mp: f32, part_mx: f32, co
     var cut_may_edge: f32 = (lo_best * sk_uniform((cut_w0 ^ 4294967295u)));
     var cut_may: bool = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < bitcast<f32>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge)));
     if ((cut_may && ((cut_race & sk_c0) != 0u))) {
-        let sk_e23: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-        if (((mp <= (0.0f)) || (select((sk_e23 / part_mx), (1.0f), (sk_e23 == part_mx)) >= mp))) {
+        let sk_e31: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+        if (((mp <= (0.0f)) || (select((sk_e31 / part_mx), (1.0f), (sk_e31 == part_mx)) >= mp))) {
             var un: f32 = sk_uniform(cut_w0);
             var tn: f32 = ((1.0f) - un);
             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));

@@ -23,8 +23,8 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e86: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: u32 = u32(max(((bitcast<f32>(atomicLoad(&partials[(sk_e86 + 1288u)])) - f32(atomicLoad(&partials[(sk_e86 + 1286u)]))) + (1.0f)), (0.0f)));
+            let sk_e102: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: u32 = u32(max(((bitcast<f32>(atomicLoad(&partials[(sk_e102 + 1288u)])) - f32(atomicLoad(&partials[(sk_e102 + 1286u)]))) + (1.0f)), (0.0f)));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -82,86 +82,86 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     zx15 = sk_load_x((zx_at + (BLOCK * 15u)));
                 } else {
                     // built by kernels::filter_values::read_step
-                    let sk_e87: u32 = (col_hi - col_lo);
-                    zx0 = sk_load_x(((base + col_lo) + select((sk_e87 - 1u), li0, (li0 < sk_e87))));
-                    let sk_e88: u32 = (col_hi - col_lo);
-                    zx1 = sk_load_x(((base + col_lo) + select((sk_e88 - 1u), li1, (li1 < sk_e88))));
-                    let sk_e89: u32 = (col_hi - col_lo);
-                    zx2 = sk_load_x(((base + col_lo) + select((sk_e89 - 1u), li2, (li2 < sk_e89))));
-                    let sk_e90: u32 = (col_hi - col_lo);
-                    zx3 = sk_load_x(((base + col_lo) + select((sk_e90 - 1u), li3, (li3 < sk_e90))));
-                    let sk_e91: u32 = (col_hi - col_lo);
-                    zx4 = sk_load_x(((base + col_lo) + select((sk_e91 - 1u), li4, (li4 < sk_e91))));
-                    let sk_e92: u32 = (col_hi - col_lo);
-                    zx5 = sk_load_x(((base + col_lo) + select((sk_e92 - 1u), li5, (li5 < sk_e92))));
-                    let sk_e93: u32 = (col_hi - col_lo);
-                    zx6 = sk_load_x(((base + col_lo) + select((sk_e93 - 1u), li6, (li6 < sk_e93))));
-                    let sk_e94: u32 = (col_hi - col_lo);
-                    zx7 = sk_load_x(((base + col_lo) + select((sk_e94 - 1u), li7, (li7 < sk_e94))));
-                    let sk_e95: u32 = (col_hi - col_lo);
-                    zx8 = sk_load_x(((base + col_lo) + select((sk_e95 - 1u), li8, (li8 < sk_e95))));
-                    let sk_e96: u32 = (col_hi - col_lo);
-                    zx9 = sk_load_x(((base + col_lo) + select((sk_e96 - 1u), li9, (li9 < sk_e96))));
-                    let sk_e97: u32 = (col_hi - col_lo);
-                    zx10 = sk_load_x(((base + col_lo) + select((sk_e97 - 1u), li10, (li10 < sk_e97))));
-                    let sk_e98: u32 = (col_hi - col_lo);
-                    zx11 = sk_load_x(((base + col_lo) + select((sk_e98 - 1u), li11, (li11 < sk_e98))));
-                    let sk_e99: u32 = (col_hi - col_lo);
-                    zx12 = sk_load_x(((base + col_lo) + select((sk_e99 - 1u), li12, (li12 < sk_e99))));
-                    let sk_e100: u32 = (col_hi - col_lo);
-                    zx13 = sk_load_x(((base + col_lo) + select((sk_e100 - 1u), li13, (li13 < sk_e100))));
-                    let sk_e101: u32 = (col_hi - col_lo);
-                    zx14 = sk_load_x(((base + col_lo) + select((sk_e101 - 1u), li14, (li14 < sk_e101))));
-                    let sk_e102: u32 = (col_hi - col_lo);
-                    zx15 = sk_load_x(((base + col_lo) + select((sk_e102 - 1u), li15, (li15 < sk_e102))));
+                    let sk_e103: u32 = (col_hi - col_lo);
+                    zx0 = sk_load_x(((base + col_lo) + select((sk_e103 - 1u), li0, (li0 < sk_e103))));
+                    let sk_e104: u32 = (col_hi - col_lo);
+                    zx1 = sk_load_x(((base + col_lo) + select((sk_e104 - 1u), li1, (li1 < sk_e104))));
+                    let sk_e105: u32 = (col_hi - col_lo);
+                    zx2 = sk_load_x(((base + col_lo) + select((sk_e105 - 1u), li2, (li2 < sk_e105))));
+                    let sk_e106: u32 = (col_hi - col_lo);
+                    zx3 = sk_load_x(((base + col_lo) + select((sk_e106 - 1u), li3, (li3 < sk_e106))));
+                    let sk_e107: u32 = (col_hi - col_lo);
+                    zx4 = sk_load_x(((base + col_lo) + select((sk_e107 - 1u), li4, (li4 < sk_e107))));
+                    let sk_e108: u32 = (col_hi - col_lo);
+                    zx5 = sk_load_x(((base + col_lo) + select((sk_e108 - 1u), li5, (li5 < sk_e108))));
+                    let sk_e109: u32 = (col_hi - col_lo);
+                    zx6 = sk_load_x(((base + col_lo) + select((sk_e109 - 1u), li6, (li6 < sk_e109))));
+                    let sk_e110: u32 = (col_hi - col_lo);
+                    zx7 = sk_load_x(((base + col_lo) + select((sk_e110 - 1u), li7, (li7 < sk_e110))));
+                    let sk_e111: u32 = (col_hi - col_lo);
+                    zx8 = sk_load_x(((base + col_lo) + select((sk_e111 - 1u), li8, (li8 < sk_e111))));
+                    let sk_e112: u32 = (col_hi - col_lo);
+                    zx9 = sk_load_x(((base + col_lo) + select((sk_e112 - 1u), li9, (li9 < sk_e112))));
+                    let sk_e113: u32 = (col_hi - col_lo);
+                    zx10 = sk_load_x(((base + col_lo) + select((sk_e113 - 1u), li10, (li10 < sk_e113))));
+                    let sk_e114: u32 = (col_hi - col_lo);
+                    zx11 = sk_load_x(((base + col_lo) + select((sk_e114 - 1u), li11, (li11 < sk_e114))));
+                    let sk_e115: u32 = (col_hi - col_lo);
+                    zx12 = sk_load_x(((base + col_lo) + select((sk_e115 - 1u), li12, (li12 < sk_e115))));
+                    let sk_e116: u32 = (col_hi - col_lo);
+                    zx13 = sk_load_x(((base + col_lo) + select((sk_e116 - 1u), li13, (li13 < sk_e116))));
+                    let sk_e117: u32 = (col_hi - col_lo);
+                    zx14 = sk_load_x(((base + col_lo) + select((sk_e117 - 1u), li14, (li14 < sk_e117))));
+                    let sk_e118: u32 = (col_hi - col_lo);
+                    zx15 = sk_load_x(((base + col_lo) + select((sk_e118 - 1u), li15, (li15 < sk_e118))));
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx0, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx0, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx1, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx1, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx2, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx2, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx3, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx3, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li4 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx4, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx4, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li5 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx5, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx5, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li6 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx6, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx6, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li7 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx7, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx7, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li8 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx8, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx8, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li9 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx9, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx9, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li10 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx10, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx10, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li11 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx11, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx11, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li12 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx12, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx12, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li13 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx13, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx13, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li14 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx14, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx14, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_49(zx15, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_57(zx15, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
             }
             var rm_row: u64 = 0lu;
@@ -182,8 +182,8 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
             var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, tot_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e103: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e103 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e103 > max_below_all));
+            let sk_e119: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e119 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e119 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut
@@ -214,8 +214,8 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e104: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e104 > best) || ((sk_e104 == best) && (w_i < best_i)))) {
+                    let sk_e120: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                    if (((sk_e120 > best) || ((sk_e120 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
@@ -224,12 +224,12 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e106: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e105: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e106 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e106 + 0u)]))));
-                    if (((sk_e105 > best64) || ((sk_e105 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e122: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                    let sk_e121: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e122 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e122 + 0u)]))));
+                    if (((sk_e121 > best64) || ((sk_e121 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e107: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e107 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e107 + 0u)]))));
+                        let sk_e123: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e123 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e123 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }

@@ -23,8 +23,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e112: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e112 + 1288u)])) - f32(atomicLoad(&partials[(sk_e112 + 1286u)]))) + (1.0f));
+            let sk_e128: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e128 + 1288u)])) - f32(atomicLoad(&partials[(sk_e128 + 1286u)]))) + (1.0f));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -62,57 +62,57 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var li15: u32 = (i0 + (BLOCK * 15u));
                 var zx15: f32 = (0.0f);
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    sk_read_step_46(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                 } else {
-                    sk_read_step_42(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li4 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li5 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li6 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li7 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li8 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li9 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li10 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li11 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li12 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li13 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li14 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_38(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_40(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
             }
             var rm_row: u64 = 0lu;
@@ -133,8 +133,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
             var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, tot_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e161: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e161 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e161 > max_below_all));
+            let sk_e177: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e177 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e177 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut
@@ -165,8 +165,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e162: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) {
+                    let sk_e178: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                    if (((sk_e178 > best) || ((sk_e178 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
@@ -175,12 +175,12 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e164: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e163: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e164 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e164 + 0u)]))));
-                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e180: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                    let sk_e179: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e180 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e180 + 0u)]))));
+                    if (((sk_e179 > best64) || ((sk_e179 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e165: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e165 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e165 + 0u)]))));
+                        let sk_e181: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e181 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e181 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }

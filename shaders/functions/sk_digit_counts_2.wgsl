@@ -20,11 +20,12 @@ fn sk_digit_counts_2(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e21: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+            let sk_e27: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e28: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e28) ^ (bitcast<u32>((bitcast<i32>(sk_e28) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -212,8 +213,8 @@ fn sk_digit_counts_2(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         // built by kernels::filters::select_step
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e38: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e38)) + 1lu), tn64, sk_e38)));
+        let sk_e53: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e53)) + 1lu), tn64, sk_e53)));
         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
         sel_key = 0u;
         sel_mask = 0u;

@@ -23,7 +23,8 @@ fn sk_digit_counts_3(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e9: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e9) ^ (bitcast<u32>((bitcast<i32>(sk_e9) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -224,8 +225,8 @@ fn sk_digit_counts_3(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
         // built by kernels::filters::select_step
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e3: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e3)) + 1lu), tn64, sk_e3)));
+        let sk_e18: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e18)) + 1lu), tn64, sk_e18)));
         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
         sel_key = 0u;
         sel_mask = 0u;

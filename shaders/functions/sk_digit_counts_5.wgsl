@@ -20,11 +20,12 @@ fn sk_digit_counts_5(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e21: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+            let sk_e27: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e28: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e28) ^ (bitcast<u32>((bitcast<i32>(sk_e28) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -212,8 +213,8 @@ fn sk_digit_counts_5(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         // built by kernels::filters::select_step
         var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
         var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-        let sk_e38: bool = all(tie_v == vec2<u32>(0u, 0u));
-        var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38)))).x;
+        let sk_e53: bool = all(tie_v == vec2<u32>(0u, 0u));
+        var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e53)), vec2<u32>(1u, 0u)), tn64, sk_e53), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e53)), vec2<u32>(1u, 0u)), tn64, sk_e53)))).x;
         lim = sk_fraction(pp, sk_add64(sel_m, sk_mul64(vec2<u32>(ties, 0u), tie_v)));
         sel_key = 0u;
         sel_mask = 0u;

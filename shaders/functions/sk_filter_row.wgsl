@@ -132,7 +132,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var lx: f32 = sk_load_x((base + col));
                 var zv: f32 = lx;
                 var ov: f32 = zv;
-                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                let sk_e6: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                var key: u32 = (bitcast<u32>(sk_e6) ^ (bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) | 2147483648u));
                 var wv: f32 = (0.0f);
                 var ok: bool = false;
                 var mv: u64 = 0lu;
@@ -153,7 +154,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var lx: f32 = sk_load_x((base + col));
                 var zv: f32 = lx;
                 var ov: f32 = zv;
-                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                let sk_e7: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                var key: u32 = (bitcast<u32>(sk_e7) ^ (bitcast<u32>((bitcast<i32>(sk_e7) >> 31u)) | 2147483648u));
                 var wv: f32 = (0.0f);
                 var ok: bool = false;
                 var mv: u64 = 0lu;
@@ -187,8 +189,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                         mass_before = (mass_before + bucket_masses[v]);
                     }
                 }
-                let sk_e2: u32 = (before + 1u);
-                if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) {
+                let sk_e8: u32 = (before + 1u);
+                if ((((before < kk) && (mass_before <= lim)) && ((sk_e8 == (sel_n + min(sel_tn, 64u))) || (!((sk_e8 < kk) && ((mass_before + mt) <= lim)))))) {
                     found_key = kt;
                     found_col = ct;
                 }
@@ -211,8 +213,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e4: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e4)) + 1lu), tn64, sk_e4)));
+        let sk_e19: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e19)) + 1lu), tn64, sk_e19)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;

@@ -70,11 +70,12 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e18: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+            let sk_e22: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e23: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e23) ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -92,11 +93,12 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e19: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+            let sk_e24: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e25: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -130,8 +132,8 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e20: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e20 == (sel_n + min(sel_tn, 64u))) || (!((sk_e20 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e26: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e26 == (sel_n + min(sel_tn, 64u))) || (!((sk_e26 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

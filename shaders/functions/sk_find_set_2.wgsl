@@ -82,7 +82,8 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e6: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e6) ^ (bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -103,7 +104,8 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e7: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e7) ^ (bitcast<u32>((bitcast<i32>(sk_e7) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -137,8 +139,8 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e2: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e2 == (sel_n + min(sel_tn, 64u))) || (!((sk_e2 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e8: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e8 == (sel_n + min(sel_tn, 64u))) || (!((sk_e8 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -18,8 +18,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e366: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e366 - sel_a), sk_e366, in_a);
+    let sk_e387: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e387 - sel_a), sk_e387, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -43,21 +43,21 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_55(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_55(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_55(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_55(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
             }
         }
@@ -70,11 +70,12 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e375: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e375, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e375) & 2147483647u) > 2139095040u));
+            let sk_e400: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e400, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e400) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e401: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e401) ^ (bitcast<u32>((bitcast<i32>(sk_e401) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -92,11 +93,12 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e376: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e376, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e376) & 2147483647u) > 2139095040u));
+            let sk_e402: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e402, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e402) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e403: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e403) ^ (bitcast<u32>((bitcast<i32>(sk_e403) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -130,8 +132,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e377: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e377 == (sel_n + min(sel_tn, 64u))) || (!((sk_e377 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e404: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e404 == (sel_n + min(sel_tn, 64u))) || (!((sk_e404 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

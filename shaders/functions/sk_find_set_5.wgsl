@@ -18,8 +18,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e231: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e231 - sel_a), sk_e231, in_a);
+    let sk_e252: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e252 - sel_a), sk_e252, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -43,7 +43,7 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_53(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -52,16 +52,16 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_19(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_67(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_19(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_67(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_19(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_67(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_19(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_67(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
             }
         }
@@ -77,7 +77,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e257: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e257) ^ (bitcast<u32>((bitcast<i32>(sk_e257) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -98,7 +99,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+            let sk_e258: f32 = select(ov, (0.0f), (ov == (0.0f)));
+            var key: u32 = (bitcast<u32>(sk_e258) ^ (bitcast<u32>((bitcast<i32>(sk_e258) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -132,8 +134,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e232: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e232 == (sel_n + min(sel_tn, 64u))) || (!((sk_e232 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e259: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e259 == (sel_n + min(sel_tn, 64u))) || (!((sk_e259 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -43,9 +43,9 @@ fn sk_for_each_read(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, temp: f32,
         var li15: u32 = (i0 + (BLOCK * 15u));
         var zx15: f32 = (0.0f);
         if ((li15 < (col_hi - col_lo))) {
-            sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_46(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         } else {
-            sk_read_step_42(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
@@ -149,9 +149,9 @@ fn sk_for_each_read(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, temp: f32,
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e307: u32 = listed_cols[(1285u + r)];
-        let sk_e306: f32 = bitcast<f32>((sk_e307 ^ ((bitcast<u32>((bitcast<i32>(sk_e307) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select(select(sk_exp((sk_e306 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e306 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+        let sk_e328: u32 = listed_cols[(1285u + r)];
+        let sk_e327: f32 = bitcast<f32>((sk_e328 ^ ((bitcast<u32>((bitcast<i32>(sk_e328) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select(select(sk_exp((sk_e327 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e327 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

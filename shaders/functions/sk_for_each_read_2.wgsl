@@ -63,38 +63,38 @@ fn sk_for_each_read_2(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
             zx15 = sk_load_x((zx_at + (BLOCK * 15u)));
         } else {
             // built by kernels::filter_values::read_step
-            let sk_e180: u32 = (col_hi - col_lo);
-            zx0 = sk_load_x(((base + col_lo) + select((sk_e180 - 1u), li0, (li0 < sk_e180))));
-            let sk_e181: u32 = (col_hi - col_lo);
-            zx1 = sk_load_x(((base + col_lo) + select((sk_e181 - 1u), li1, (li1 < sk_e181))));
-            let sk_e182: u32 = (col_hi - col_lo);
-            zx2 = sk_load_x(((base + col_lo) + select((sk_e182 - 1u), li2, (li2 < sk_e182))));
-            let sk_e183: u32 = (col_hi - col_lo);
-            zx3 = sk_load_x(((base + col_lo) + select((sk_e183 - 1u), li3, (li3 < sk_e183))));
-            let sk_e184: u32 = (col_hi - col_lo);
-            zx4 = sk_load_x(((base + col_lo) + select((sk_e184 - 1u), li4, (li4 < sk_e184))));
-            let sk_e185: u32 = (col_hi - col_lo);
-            zx5 = sk_load_x(((base + col_lo) + select((sk_e185 - 1u), li5, (li5 < sk_e185))));
-            let sk_e186: u32 = (col_hi - col_lo);
-            zx6 = sk_load_x(((base + col_lo) + select((sk_e186 - 1u), li6, (li6 < sk_e186))));
-            let sk_e187: u32 = (col_hi - col_lo);
-            zx7 = sk_load_x(((base + col_lo) + select((sk_e187 - 1u), li7, (li7 < sk_e187))));
-            let sk_e188: u32 = (col_hi - col_lo);
-            zx8 = sk_load_x(((base + col_lo) + select((sk_e188 - 1u), li8, (li8 < sk_e188))));
-            let sk_e189: u32 = (col_hi - col_lo);
-            zx9 = sk_load_x(((base + col_lo) + select((sk_e189 - 1u), li9, (li9 < sk_e189))));
-            let sk_e190: u32 = (col_hi - col_lo);
-            zx10 = sk_load_x(((base + col_lo) + select((sk_e190 - 1u), li10, (li10 < sk_e190))));
-            let sk_e191: u32 = (col_hi - col_lo);
-            zx11 = sk_load_x(((base + col_lo) + select((sk_e191 - 1u), li11, (li11 < sk_e191))));
-            let sk_e192: u32 = (col_hi - col_lo);
-            zx12 = sk_load_x(((base + col_lo) + select((sk_e192 - 1u), li12, (li12 < sk_e192))));
-            let sk_e193: u32 = (col_hi - col_lo);
-            zx13 = sk_load_x(((base + col_lo) + select((sk_e193 - 1u), li13, (li13 < sk_e193))));
-            let sk_e194: u32 = (col_hi - col_lo);
-            zx14 = sk_load_x(((base + col_lo) + select((sk_e194 - 1u), li14, (li14 < sk_e194))));
-            let sk_e195: u32 = (col_hi - col_lo);
-            zx15 = sk_load_x(((base + col_lo) + select((sk_e195 - 1u), li15, (li15 < sk_e195))));
+            let sk_e201: u32 = (col_hi - col_lo);
+            zx0 = sk_load_x(((base + col_lo) + select((sk_e201 - 1u), li0, (li0 < sk_e201))));
+            let sk_e202: u32 = (col_hi - col_lo);
+            zx1 = sk_load_x(((base + col_lo) + select((sk_e202 - 1u), li1, (li1 < sk_e202))));
+            let sk_e203: u32 = (col_hi - col_lo);
+            zx2 = sk_load_x(((base + col_lo) + select((sk_e203 - 1u), li2, (li2 < sk_e203))));
+            let sk_e204: u32 = (col_hi - col_lo);
+            zx3 = sk_load_x(((base + col_lo) + select((sk_e204 - 1u), li3, (li3 < sk_e204))));
+            let sk_e205: u32 = (col_hi - col_lo);
+            zx4 = sk_load_x(((base + col_lo) + select((sk_e205 - 1u), li4, (li4 < sk_e205))));
+            let sk_e206: u32 = (col_hi - col_lo);
+            zx5 = sk_load_x(((base + col_lo) + select((sk_e206 - 1u), li5, (li5 < sk_e206))));
+            let sk_e207: u32 = (col_hi - col_lo);
+            zx6 = sk_load_x(((base + col_lo) + select((sk_e207 - 1u), li6, (li6 < sk_e207))));
+            let sk_e208: u32 = (col_hi - col_lo);
+            zx7 = sk_load_x(((base + col_lo) + select((sk_e208 - 1u), li7, (li7 < sk_e208))));
+            let sk_e209: u32 = (col_hi - col_lo);
+            zx8 = sk_load_x(((base + col_lo) + select((sk_e209 - 1u), li8, (li8 < sk_e209))));
+            let sk_e210: u32 = (col_hi - col_lo);
+            zx9 = sk_load_x(((base + col_lo) + select((sk_e210 - 1u), li9, (li9 < sk_e210))));
+            let sk_e211: u32 = (col_hi - col_lo);
+            zx10 = sk_load_x(((base + col_lo) + select((sk_e211 - 1u), li10, (li10 < sk_e211))));
+            let sk_e212: u32 = (col_hi - col_lo);
+            zx11 = sk_load_x(((base + col_lo) + select((sk_e212 - 1u), li11, (li11 < sk_e212))));
+            let sk_e213: u32 = (col_hi - col_lo);
+            zx12 = sk_load_x(((base + col_lo) + select((sk_e213 - 1u), li12, (li12 < sk_e213))));
+            let sk_e214: u32 = (col_hi - col_lo);
+            zx13 = sk_load_x(((base + col_lo) + select((sk_e214 - 1u), li13, (li13 < sk_e214))));
+            let sk_e215: u32 = (col_hi - col_lo);
+            zx14 = sk_load_x(((base + col_lo) + select((sk_e215 - 1u), li14, (li14 < sk_e215))));
+            let sk_e216: u32 = (col_hi - col_lo);
+            zx15 = sk_load_x(((base + col_lo) + select((sk_e216 - 1u), li15, (li15 < sk_e216))));
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
@@ -198,9 +198,9 @@ fn sk_for_each_read_2(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e197: u32 = listed_cols[(1285u + r)];
-        let sk_e196: f32 = bitcast<f32>((sk_e197 ^ ((bitcast<u32>((bitcast<i32>(sk_e197) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select((sk_e196 / row_m), (1.0f), (sk_e196 == row_m));
+        let sk_e218: u32 = listed_cols[(1285u + r)];
+        let sk_e217: f32 = bitcast<f32>((sk_e218 ^ ((bitcast<u32>((bitcast<i32>(sk_e218) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select((sk_e217 / row_m), (1.0f), (sk_e217 == row_m));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

@@ -10,18 +10,18 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e146: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e146 + 3u)]), atomicLoad(&partials[(sk_e146 + 4u)]));
-        let sk_e148: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e147: f32 = select((sk_e148 / row_m), (1.0f), (sk_e148 == row_m));
-        if (((mo_lk != 0u) && ((sk_e147 > (0.0f)) && (sk_e147 >= mp)))) {
+        let sk_e166: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e166 + 3u)]), atomicLoad(&partials[(sk_e166 + 4u)]));
+        let sk_e168: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e167: f32 = select((sk_e168 / row_m), (1.0f), (sk_e168 == row_m));
+        if (((mo_lk != 0u) && ((sk_e167 > (0.0f)) && (sk_e167 >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e149: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e149 + 1u)] == 1u) && (rows[(sk_e149 + 6u)] == 1u))))) {
+    let sk_e169: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -35,12 +35,12 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e150: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e150) && (sk_e150 != 4294967295u))) {
-                let sk_e151: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e151 ^ ((bitcast<u32>((bitcast<i32>(sk_e151) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e152: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                if (((sk_e152 > (0.0f)) && (sk_e152 >= mp))) {
+            let sk_e170: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e170) && (sk_e170 != 4294967295u))) {
+                let sk_e171: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e171 ^ ((bitcast<u32>((bitcast<i32>(sk_e171) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e172: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                if (((sk_e172 > (0.0f)) && (sk_e172 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row_3(mo_z, noisy, row, mo_col, &best64, &best64_i);
@@ -51,12 +51,12 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e156: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e155: u32 = (sk_e156 + 7u);
-            if (((atomicLoad(&partials[(sk_e156 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e155]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e155])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
-                let sk_e158: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e157: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e158 + 5u)]));
-                if (((sk_e157 > best) || ((sk_e157 == best) && (atomicLoad(&partials[(sk_e158 + 6u)]) < best_i)))) {
+            let sk_e176: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e175: u32 = (sk_e176 + 7u);
+            if (((atomicLoad(&partials[(sk_e176 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e175]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e175])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e175]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e175])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e175]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e175])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e175]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e175])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
+                let sk_e178: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e177: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e178 + 5u)]));
+                if (((sk_e177 > best) || ((sk_e177 == best) && (atomicLoad(&partials[(sk_e178 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -65,10 +65,10 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e161: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e159: u32 = (sk_e161 + 7u);
-            let sk_e160: u32 = (sk_e161 + 0u);
-            if ((((atomicLoad(&partials[(sk_e161 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e160])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e160])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e160])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e160])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e159]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e159])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
+            let sk_e181: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e179: u32 = (sk_e181 + 7u);
+            let sk_e180: u32 = (sk_e181 + 0u);
+            if ((((atomicLoad(&partials[(sk_e181 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e180])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e180])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e180])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e180])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e179]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e179])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e179]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e179])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e179]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e179])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e179]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e179])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
@@ -84,21 +84,21 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_53(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_54(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_62(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_62(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_62(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_62(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;

@@ -8,8 +8,8 @@ fn sk_merge_row_3(rz: f32, noisy: bool, row: u32, r: u32, sk_io_best64: ptr<func
     var s64: f64 = sk_log64(f64(rz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e200: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e200 + 8u)], rows[(sk_e200 + 9u)], rows[(sk_e200 + 10u)], r)));
+        let sk_e221: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e221 + 8u)], rows[(sk_e221 + 9u)], rows[(sk_e221 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower

@@ -9,7 +9,8 @@ fn sk_merge_row_4(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     // built by kernels::filter_top_k::merge_row
     var want: u32 = (kc + 1u);
     var n_items: u32 = (parts * want);
-    var t_top: u32 = (bitcast<u32>(row_m) ^ (bitcast<u32>((bitcast<i32>(row_m) >> 31u)) | 2147483648u));
+    let sk_e194: f32 = select(row_m, (0.0f), (row_m == (0.0f)));
+    var t_top: u32 = (bitcast<u32>(sk_e194) ^ (bitcast<u32>((bitcast<i32>(sk_e194) >> 31u)) | 2147483648u));
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
         atomicStore(&select_scratch[i], 0u);
@@ -98,8 +99,8 @@ fn sk_merge_row_4(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
             }
             if (g_take) {
                 listed_cols[(0u + g_out)] = gk;
-                let sk_e176: u32 = (gj / want);
-                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e176) * 1317u) + (6u + ((gj - (sk_e176 * want)) * 2u)))]);
+                let sk_e197: u32 = (gj / want);
+                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e197) * 1317u) + (6u + ((gj - (sk_e197 * want)) * 2u)))]);
                 g_out = (g_out + 1u);
             }
         }
@@ -107,8 +108,8 @@ fn sk_merge_row_4(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_sel: u32 = (t_above + t_take);
     workgroupBarrier();
     for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-        let sk_e177: u32 = listed_cols[(0u + i)];
-        var zi: f32 = bitcast<f32>((sk_e177 ^ ((bitcast<u32>((bitcast<i32>(sk_e177) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e198: u32 = listed_cols[(0u + i)];
+        var zi: f32 = bitcast<f32>((sk_e198 ^ ((bitcast<u32>((bitcast<i32>(sk_e198) >> 31u)) ^ 4294967295u) | 2147483648u)));
         listed_cols[(514u + i)] = bitcast<u32>(zi);
         listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
         listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -145,9 +146,9 @@ fn sk_merge_row_4(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_lo: u32 = 0u;
     var n_unsure: u32 = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e179: u32 = listed_cols[(1285u + r)];
-        let sk_e178: f32 = bitcast<f32>((sk_e179 ^ ((bitcast<u32>((bitcast<i32>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select((sk_e178 / row_m), (1.0f), (sk_e178 == row_m));
+        let sk_e200: u32 = listed_cols[(1285u + r)];
+        let sk_e199: f32 = bitcast<f32>((sk_e200 ^ ((bitcast<u32>((bitcast<i32>(sk_e200) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select((sk_e199 / row_m), (1.0f), (sk_e199 == row_m));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         var bf: f32 = sk_fixed_f32(br);
@@ -221,16 +222,16 @@ fn sk_merge_row_4(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
         var best64: f64 = bitcast<f64>(18442240474082181120lu);
         var best64_i: u32 = 4294967295u;
         var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-        let sk_e198: u32 = (row * 12u);
-        var ow_ranked: bool = ((rows[(sk_e198 + 1u)] == 1u) && (rows[(sk_e198 + 6u)] == 1u));
+        let sk_e219: u32 = (row * 12u);
+        var ow_ranked: bool = ((rows[(sk_e219 + 1u)] == 1u) && (rows[(sk_e219 + 6u)] == 1u));
         var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
         var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
         var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
         var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
         for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
             var rc: u32 = listed_cols[(1542u + r)];
-            let sk_e199: u32 = listed_cols[(1285u + r)];
-            var rz: f32 = bitcast<f32>((sk_e199 ^ ((bitcast<u32>((bitcast<i32>(sk_e199) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e220: u32 = listed_cols[(1285u + r)];
+            var rz: f32 = bitcast<f32>((sk_e220 ^ ((bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u)));
             if (ow_ranked) {
                 sk_merge_row_3(rz, noisy, row, r, &best64, &best64_i);
             } else {

@@ -9,7 +9,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     // built by kernels::filter_top_k::merge_row
     var want: u32 = (kc + 1u);
     var n_items: u32 = (parts * want);
-    var t_top: u32 = (bitcast<u32>(row_m) ^ (bitcast<u32>((bitcast<i32>(row_m) >> 31u)) | 2147483648u));
+    let sk_e272: f32 = select(row_m, (0.0f), (row_m == (0.0f)));
+    var t_top: u32 = (bitcast<u32>(sk_e272) ^ (bitcast<u32>((bitcast<i32>(sk_e272) >> 31u)) | 2147483648u));
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
         atomicStore(&select_scratch[i], 0u);
@@ -98,8 +99,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
             }
             if (g_take) {
                 listed_cols[(0u + g_out)] = gk;
-                let sk_e254: u32 = (gj / want);
-                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e254) * 1317u) + (6u + ((gj - (sk_e254 * want)) * 2u)))]);
+                let sk_e275: u32 = (gj / want);
+                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e275) * 1317u) + (6u + ((gj - (sk_e275 * want)) * 2u)))]);
                 g_out = (g_out + 1u);
             }
         }
@@ -107,8 +108,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_sel: u32 = (t_above + t_take);
     workgroupBarrier();
     for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-        let sk_e255: u32 = listed_cols[(0u + i)];
-        var zi: f32 = bitcast<f32>((sk_e255 ^ ((bitcast<u32>((bitcast<i32>(sk_e255) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e276: u32 = listed_cols[(0u + i)];
+        var zi: f32 = bitcast<f32>((sk_e276 ^ ((bitcast<u32>((bitcast<i32>(sk_e276) >> 31u)) ^ 4294967295u) | 2147483648u)));
         listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
         listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
         listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -145,9 +146,9 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_lo: u32 = 0u;
     var n_unsure: u32 = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e257: u32 = listed_cols[(1285u + r)];
-        let sk_e256: f32 = bitcast<f32>((sk_e257 ^ ((bitcast<u32>((bitcast<i32>(sk_e257) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select(select(sk_exp((sk_e256 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e256 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+        let sk_e278: u32 = listed_cols[(1285u + r)];
+        let sk_e277: f32 = bitcast<f32>((sk_e278 ^ ((bitcast<u32>((bitcast<i32>(sk_e278) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select(select(sk_exp((sk_e277 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e277 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         var bf: f32 = sk_fixed_f32(br);
@@ -221,16 +222,16 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
         var best64: f64 = bitcast<f64>(18442240474082181120lu);
         var best64_i: u32 = 4294967295u;
         var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-        let sk_e308: u32 = (row * 12u);
-        var ow_ranked: bool = ((rows[(sk_e308 + 1u)] == 1u) && (rows[(sk_e308 + 6u)] == 1u));
+        let sk_e329: u32 = (row * 12u);
+        var ow_ranked: bool = ((rows[(sk_e329 + 1u)] == 1u) && (rows[(sk_e329 + 6u)] == 1u));
         var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
         var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
         var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
         var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
         for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
             var rc: u32 = listed_cols[(1542u + r)];
-            let sk_e309: u32 = listed_cols[(1285u + r)];
-            var rz: f32 = bitcast<f32>((sk_e309 ^ ((bitcast<u32>((bitcast<i32>(sk_e309) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e330: u32 = listed_cols[(1285u + r)];
+            var rz: f32 = bitcast<f32>((sk_e330 ^ ((bitcast<u32>((bitcast<i32>(sk_e330) >> 31u)) ^ 4294967295u) | 2147483648u)));
             if (ow_ranked) {
                 sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
             } else {

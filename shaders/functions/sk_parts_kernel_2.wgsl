@@ -15,11 +15,11 @@ fn sk_parts_kernel_2(sk_lid: u32, parts: u32, row_slot: u32, mp: f32) {
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e48: u32 = (((row_slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e48 + 3u)]), atomicLoad(&partials[(sk_e48 + 4u)]));
-        let sk_e50: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e49: f32 = select((sk_e50 / mp_mx), (1.0f), (sk_e50 == mp_mx));
-        if (((mo_lk != 0u) && ((sk_e49 > (0.0f)) && (sk_e49 >= mp)))) {
+        let sk_e54: u32 = (((row_slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e54 + 3u)]), atomicLoad(&partials[(sk_e54 + 4u)]));
+        let sk_e56: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e55: f32 = select((sk_e56 / mp_mx), (1.0f), (sk_e56 == mp_mx));
+        if (((mo_lk != 0u) && ((sk_e55 > (0.0f)) && (sk_e55 >= mp)))) {
             mo_left = 1u;
         }
     }

@@ -92,13 +92,13 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e57: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e57 ^ ((bitcast<u32>((bitcast<i32>(sk_e57) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e80: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e80 ^ ((bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e58: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], r)));
+                let sk_e81: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower

@@ -96,13 +96,13 @@ fn sk_race_2(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e6: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e6 ^ ((bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e29: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e29 ^ ((bitcast<u32>((bitcast<i32>(sk_e29) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = sk_log64(f64(rk_v));
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e7: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], r)));
+                let sk_e30: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower

@@ -32,21 +32,21 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                 var li3: u32 = (c0 + 3u);
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_49(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_49(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_49(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_49(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -92,13 +92,13 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e414: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e414 ^ ((bitcast<u32>((bitcast<i32>(sk_e414) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e458: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e458 ^ ((bitcast<u32>((bitcast<i32>(sk_e458) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e415: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e415 + 8u)], rows[(sk_e415 + 9u)], rows[(sk_e415 + 10u)], r)));
+                let sk_e459: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e459 + 8u)], rows[(sk_e459 + 9u)], rows[(sk_e459 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -147,21 +147,21 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_45(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_45(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_45(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_45(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                         }
                     }
                 }
@@ -189,21 +189,21 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_44(col_lo, li0, zx0, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_44(col_lo, li1, zx1, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_44(col_lo, li2, zx2, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_44(col_lo, li3, zx3, temp, mx, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

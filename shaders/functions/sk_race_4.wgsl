@@ -41,16 +41,16 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_16(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_61(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_16(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_61(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_16(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_61(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_16(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_61(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -96,13 +96,13 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e236: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e236 ^ ((bitcast<u32>((bitcast<i32>(sk_e236) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e280: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e280 ^ ((bitcast<u32>((bitcast<i32>(sk_e280) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = sk_log64(f64(rk_v));
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e237: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e237 + 8u)], rows[(sk_e237 + 9u)], rows[(sk_e237 + 10u)], r)));
+                let sk_e281: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e281 + 8u)], rows[(sk_e281 + 9u)], rows[(sk_e281 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -160,16 +160,16 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                             zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_13(col_lo, li0, zx0, rk_key, &rk_mine);
+                            sk_read_step_60(col_lo, li0, zx0, rk_key, &rk_mine);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_13(col_lo, li1, zx1, rk_key, &rk_mine);
+                            sk_read_step_60(col_lo, li1, zx1, rk_key, &rk_mine);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_13(col_lo, li2, zx2, rk_key, &rk_mine);
+                            sk_read_step_60(col_lo, li2, zx2, rk_key, &rk_mine);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_13(col_lo, li3, zx3, rk_key, &rk_mine);
+                            sk_read_step_60(col_lo, li3, zx3, rk_key, &rk_mine);
                         }
                     }
                 }
@@ -206,16 +206,16 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_12(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_59(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_12(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_59(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_12(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_59(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_12(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_59(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

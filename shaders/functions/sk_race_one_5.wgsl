@@ -6,8 +6,8 @@ fn sk_race_one_5(mo_col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, p
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e154: u32 = (mo_col & 3u);
-    var score: f32 = (mo_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e154 == 1u)), w4[2], (sk_e154 == 2u)), w4[3], (sk_e154 == 3u))));
+    let sk_e174: u32 = (mo_col & 3u);
+    var score: f32 = (mo_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e174 == 1u)), w4[2], (sk_e174 == 2u)), w4[3], (sk_e174 == 3u))));
     if (((score > best) || ((score == best) && (mo_col < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;

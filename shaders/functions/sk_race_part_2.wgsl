@@ -5,9 +5,9 @@ fn sk_race_part_2(mr_q0: u32, n_cols: u32, mr_floor: f32, mr_w0: u32, mr_in: u32
     var best: f32 = *sk_io_best;
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_min_p::race_part
-    let sk_e27: u32 = ((mr_q0 * 4u) + sk_c0);
-    let sk_e26: u32 = select(0u, part_keys[min(sk_e27, (n_cols - 1u))], (sk_e27 < n_cols));
-    var mr_v: f32 = bitcast<f32>((sk_e26 ^ ((bitcast<u32>((bitcast<i32>(sk_e26) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    let sk_e33: u32 = ((mr_q0 * 4u) + sk_c0);
+    let sk_e32: u32 = select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols));
+    var mr_v: f32 = bitcast<f32>((sk_e32 ^ ((bitcast<u32>((bitcast<i32>(sk_e32) >> 31u)) ^ 4294967295u) | 2147483648u)));
     var mr_may_edge: f32 = (max(best, mr_floor) * sk_uniform((mr_w0 ^ 4294967295u)));
     var mr_may: bool = (!(((mr_may_edge >= (1.1754944e-38f)) && (mr_may_edge < bitcast<f32>(2139095040u))) && ((mr_v * (1.0000153f)) < mr_may_edge)));
     if ((mr_may && ((mr_in & sk_c1) != 0u))) {

@@ -42,8 +42,8 @@ fn sk_read_part_2(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e46: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e46, 463u)]), (sk_e46 < 464u)));
+                let sk_e52: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e52, 463u)]), (sk_e52 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -56,8 +56,8 @@ fn sk_read_part_2(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, co
             var t_my_at: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e47: u32 = (t_lo + tj);
-                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e47, 463u)]), (sk_e47 < 464u));
+                let sk_e53: u32 = (t_lo + tj);
+                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e53, 463u)]), (sk_e53 < 464u));
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                     t_my_bin = ((t_lo + tj) + 1u);
                     t_my_above = (t_run - t_above);

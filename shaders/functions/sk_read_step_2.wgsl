@@ -8,14 +8,14 @@ fn sk_read_step_2(base: u32, col_lo: u32, c0: u32, sk_io_zx0: ptr<function, f32>
     var zx3: f32 = *sk_io_zx3;
     // built by kernels::filter_values::read_step
     var zx_at: u32 = ((base + col_lo) + c0);
-    let sk_e22: f32 = sk_load_x(zx_at);
-    zx0 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-    let sk_e23: f32 = sk_load_x((zx_at + 1u));
-    zx1 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
-    let sk_e24: f32 = sk_load_x((zx_at + 2u));
-    zx2 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
-    let sk_e25: f32 = sk_load_x((zx_at + 3u));
-    zx3 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+    let sk_e29: f32 = sk_load_x(zx_at);
+    zx0 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+    let sk_e30: f32 = sk_load_x((zx_at + 1u));
+    zx1 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+    let sk_e31: f32 = sk_load_x((zx_at + 2u));
+    zx2 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
+    let sk_e32: f32 = sk_load_x((zx_at + 3u));
+    zx3 = select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u));
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;

@@ -8,7 +8,8 @@ fn sk_read_step_22(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, 
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+    let sk_e28: f32 = select(ov, (0.0f), (ov == (0.0f)));
+    var key: u32 = (bitcast<u32>(sk_e28) ^ (bitcast<u32>((bitcast<i32>(sk_e28) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;

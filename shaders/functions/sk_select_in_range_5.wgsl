@@ -5,6 +5,6 @@ fn sk_select_in_range_5(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, arr
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    let sk_e108: f32 = bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-    (*mas)[digit] += sk_fixed(select((sk_e108 / cut_mx), (1.0f), (sk_e108 == cut_mx)));
+    let sk_e124: f32 = bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    (*mas)[digit] += sk_fixed(select((sk_e124 / cut_mx), (1.0f), (sk_e124 == cut_mx)));
 }

@@ -11,8 +11,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e41: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e41)) + 1lu), tn64, sk_e41)));
+        let sk_e45: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e45)) + 1lu), tn64, sk_e45)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -44,21 +44,21 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                        sk_read_step_27(col_lo, li0, zx0, temp, mx, s_key, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                        sk_read_step_27(col_lo, li1, zx1, temp, mx, s_key, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                        sk_read_step_27(col_lo, li2, zx2, temp, mx, s_key, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                        sk_read_step_27(col_lo, li3, zx3, temp, mx, s_key, &mine);
                     }
                 }
             }
@@ -93,21 +93,21 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_30(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_30(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_30(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_30(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -137,9 +137,9 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
@@ -150,7 +150,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = (zx0 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e82: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e82) ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -160,8 +161,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e70: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e70), sk_e70, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e83: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e83), sk_e83, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -174,7 +175,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = (zx1 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e84: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e84) ^ (bitcast<u32>((bitcast<i32>(sk_e84) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -184,8 +186,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e71: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e71), sk_e71, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e85: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e85), sk_e85, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -198,7 +200,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = (zx2 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e86: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e86) ^ (bitcast<u32>((bitcast<i32>(sk_e86) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -208,8 +211,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e72: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e72), sk_e72, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e87: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e87), sk_e87, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -222,7 +225,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = (zx3 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e88: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e88) ^ (bitcast<u32>((bitcast<i32>(sk_e88) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -232,8 +236,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e73: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e73), sk_e73, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e89: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e89), sk_e89, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;

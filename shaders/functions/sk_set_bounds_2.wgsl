@@ -11,8 +11,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e25: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
+        let sk_e29: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e29)) + 1lu), tn64, sk_e29)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -58,16 +58,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_11(col_lo, li0, zx0, s_key, mx, &mine);
+                        sk_read_step_32(col_lo, li0, zx0, s_key, mx, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_11(col_lo, li1, zx1, s_key, mx, &mine);
+                        sk_read_step_32(col_lo, li1, zx1, s_key, mx, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_11(col_lo, li2, zx2, s_key, mx, &mine);
+                        sk_read_step_32(col_lo, li2, zx2, s_key, mx, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_11(col_lo, li3, zx3, s_key, mx, &mine);
+                        sk_read_step_32(col_lo, li3, zx3, s_key, mx, &mine);
                     }
                 }
             }
@@ -116,16 +116,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_31(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_33(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_31(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_33(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_31(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_33(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_31(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_33(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -177,7 +177,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = zx0;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e42: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e42) ^ (bitcast<u32>((bitcast<i32>(sk_e42) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -200,7 +201,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = zx1;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e43: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e43) ^ (bitcast<u32>((bitcast<i32>(sk_e43) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -223,7 +225,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = zx2;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e44: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e44) ^ (bitcast<u32>((bitcast<i32>(sk_e44) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -246,7 +249,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = zx3;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e45: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e45) ^ (bitcast<u32>((bitcast<i32>(sk_e45) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;

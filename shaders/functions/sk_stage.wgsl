@@ -59,7 +59,7 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     let sk_e36: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
                     zx3 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                 } else {
-                    sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
                     sk_read_step_26(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
@@ -182,16 +182,16 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     }
                     var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                     if ((pi64 != 4294967295u)) {
-                        let sk_e74: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                        if (((bitcast<f64>(((u64(partials[(sk_e74 + 1u)]) << 32u) | u64(partials[(sk_e74 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                        let sk_e90: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                        if (((bitcast<f64>(((u64(partials[(sk_e90 + 1u)]) << 32u) | u64(partials[(sk_e90 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                             // built by kernels::filters::keep_best
-                            let sk_e75: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                            best64 = bitcast<f64>(((u64(partials[(sk_e75 + 1u)]) << 32u) | u64(partials[(sk_e75 + 0u)])));
+                            let sk_e91: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                            best64 = bitcast<f64>(((u64(partials[(sk_e91 + 1u)]) << 32u) | u64(partials[(sk_e91 + 0u)])));
                             best64_i = pi64;
                         }
                     }
-                    let sk_e76: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                    all_mass = (all_mass + ((u64(partials[(sk_e76 + 1u)]) << 32u) | u64(partials[(sk_e76 + 0u)])));
+                    let sk_e92: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                    all_mass = (all_mass + ((u64(partials[(sk_e92 + 1u)]) << 32u) | u64(partials[(sk_e92 + 0u)])));
                 }
                 var win: f32 = (0.0f);
                 var tok32: u32 = 0u;
@@ -215,8 +215,8 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e77: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e93: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

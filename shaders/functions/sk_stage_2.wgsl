@@ -62,16 +62,16 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_30(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_31(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_30(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_31(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_30(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_31(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_30(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_31(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
             }
         }
@@ -182,16 +182,16 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                     }
                     var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                     if ((pi64 != 4294967295u)) {
-                        let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                        if (((bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                        let sk_e46: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                        if (((bitcast<f64>(((u64(partials[(sk_e46 + 1u)]) << 32u) | u64(partials[(sk_e46 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                             // built by kernels::filters::keep_best
-                            let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                            best64 = bitcast<f64>(((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
+                            let sk_e47: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                            best64 = bitcast<f64>(((u64(partials[(sk_e47 + 1u)]) << 32u) | u64(partials[(sk_e47 + 0u)])));
                             best64_i = pi64;
                         }
                     }
-                    let sk_e32: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                    all_mass = (all_mass + ((u64(partials[(sk_e32 + 1u)]) << 32u) | u64(partials[(sk_e32 + 0u)])));
+                    let sk_e48: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                    all_mass = (all_mass + ((u64(partials[(sk_e48 + 1u)]) << 32u) | u64(partials[(sk_e48 + 0u)])));
                 }
                 var win: f32 = (0.0f);
                 var tok32: u32 = 0u;
@@ -214,8 +214,8 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((sk_lid == 0u)) {
-                        let sk_e33: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e33), (sk_e33 > (0.0f))), valid);
+                        let sk_e49: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e49), (sk_e49 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -21,9 +21,9 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
             var li3: u32 = (i0 + (BLOCK * 3u));
             var zx3: f32 = (0.0f);
             if ((li3 < sweep_n)) {
-                sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
             } else {
-                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
             }
             if ((li0 < sweep_n)) {
                 // built by kernels::filter_values::read_step
@@ -75,8 +75,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e396: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e396)) + 1lu), tn64, sk_e396)));
+        let sk_e432: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e432)) + 1lu), tn64, sk_e432)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -108,21 +108,21 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                sk_read_step_43(col_lo, li0, zx0, temp, mx, s_key, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                sk_read_step_43(col_lo, li1, zx1, temp, mx, s_key, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                sk_read_step_43(col_lo, li2, zx2, temp, mx, s_key, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                sk_read_step_43(col_lo, li3, zx3, temp, mx, s_key, &mine);
                             }
                         }
                     }
@@ -136,8 +136,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e405: u32 = (row * 12u);
-    if ((((rows[(sk_e405 + 1u)] == 1u) && (rows[(sk_e405 + 6u)] == 1u)) && filtered)) {
+    let sk_e445: u32 = (row * 12u);
+    if ((((rows[(sk_e445 + 1u)] == 1u) && (rows[(sk_e445 + 6u)] == 1u)) && filtered)) {
         sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -166,21 +166,21 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_46(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_51(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_46(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_51(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_46(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_51(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_46(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_51(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -210,9 +210,9 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_40(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_39(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
@@ -223,7 +223,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = (zx0 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e508: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e508) ^ (bitcast<u32>((bitcast<i32>(sk_e508) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -233,8 +234,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e452: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e452), sk_e452, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e509: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e509), sk_e509, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -247,7 +248,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = (zx1 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e510: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e510) ^ (bitcast<u32>((bitcast<i32>(sk_e510) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -257,8 +259,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e453: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e453), sk_e453, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e511: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e511), sk_e511, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -271,7 +273,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = (zx2 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e512: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e512) ^ (bitcast<u32>((bitcast<i32>(sk_e512) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -281,8 +284,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e454: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e454), sk_e454, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e513: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e513), sk_e513, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -295,7 +298,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = (zx3 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e514: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e514) ^ (bitcast<u32>((bitcast<i32>(sk_e514) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -305,8 +309,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e455: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e455), sk_e455, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e515: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e515), sk_e515, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -340,8 +344,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::abi::write_results_as
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e456: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e456, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e456) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+            let sk_e516: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e516, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e516) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

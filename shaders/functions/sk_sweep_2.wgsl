@@ -21,7 +21,7 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
             var li3: u32 = (i0 + (BLOCK * 3u));
             var zx3: f32 = (0.0f);
             if ((li3 < sweep_n)) {
-                sk_read_step_53(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
             } else {
                 // built by kernels::filter_values::read_step
                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -71,8 +71,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e234: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e234)) + 1lu), tn64, sk_e234)));
+        let sk_e270: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e270)) + 1lu), tn64, sk_e270)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -113,16 +113,16 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_11(col_lo, li0, zx0, s_key, mx, &mine);
+                                sk_read_step_58(col_lo, li0, zx0, s_key, mx, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_11(col_lo, li1, zx1, s_key, mx, &mine);
+                                sk_read_step_58(col_lo, li1, zx1, s_key, mx, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_11(col_lo, li2, zx2, s_key, mx, &mine);
+                                sk_read_step_58(col_lo, li2, zx2, s_key, mx, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_11(col_lo, li3, zx3, s_key, mx, &mine);
+                                sk_read_step_58(col_lo, li3, zx3, s_key, mx, &mine);
                             }
                         }
                     }
@@ -136,8 +136,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e235: u32 = (row * 12u);
-    if ((((rows[(sk_e235 + 1u)] == 1u) && (rows[(sk_e235 + 6u)] == 1u)) && filtered)) {
+    let sk_e275: u32 = (row * 12u);
+    if ((((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u)) && filtered)) {
         sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -175,16 +175,16 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_51(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_63(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_51(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_63(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_51(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_63(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_51(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_63(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -231,7 +231,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = zx0;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e298: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e298) ^ (bitcast<u32>((bitcast<i32>(sk_e298) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -254,7 +255,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = zx1;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e299: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e299) ^ (bitcast<u32>((bitcast<i32>(sk_e299) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -277,7 +279,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = zx2;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e300: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e300) ^ (bitcast<u32>((bitcast<i32>(sk_e300) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -300,7 +303,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = zx3;
                         var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
+                        let sk_e301: f32 = select(ov, (0.0f), (ov == (0.0f)));
+                        var key: u32 = (bitcast<u32>(sk_e301) ^ (bitcast<u32>((bitcast<i32>(sk_e301) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -343,8 +347,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
         if ((sk_lid == 0u)) {
-            let sk_e242: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e242), (sk_e242 > (0.0f))), valid);
+            let sk_e302: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e302), (sk_e302 > (0.0f))), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -3,8 +3,8 @@
 // `sk_write_results_as`, put before each kernel that calls it
 fn sk_write_results_as(sk_lid: u32, base: u32, ow_at: u32, temp: f32, row: u32, ow_valid: bool, cut_mx: f32, cut_mass: f32) {
     // built by kernels::abi::write_results_as
-    let sk_e207: f32 = sk_load_x((base + ow_at));
-    var ow_v_x: f32 = select(sk_e207, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e207) & 2147483647u) > 2139095040u));
+    let sk_e227: f32 = sk_load_x((base + ow_at));
+    var ow_v_x: f32 = select(sk_e227, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e227) & 2147483647u) > 2139095040u));
     var ow_v: f32 = (ow_v_x / temp);
     if ((sk_lid == 0u)) {
         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(cut_mass)), ow_valid);

@@ -249,8 +249,11 @@ pub(super) fn element(b: &mut Block, input: Input, x: Expr) {
 
 /// The u32 key of an f32 value, in the same order (larger first): flip every bit of negatives,
 /// the sign bit of the rest. -inf gets `0x007f_ffff`; no value gets 0, which the one-read path
-/// uses for "no token".
+/// uses for "no token". -0 is +0 first: the two are one value (tied, as the oracle has them), and
+/// a maximum of either sign must key at or above every value (a part whose largest came out as
+/// -0 once left out its +0: no token at all).
 pub(super) fn order_key(v: Expr) -> Expr {
+    let v = select(v.clone().eq_(f(0.0)), f(0.0), v);
     // Every bit flipped where the sign bit is set, else the sign bit alone.
     v.clone().bitcast(Ty::U32) ^ (top_bit_filled(v) | u(0x8000_0000))
 }
