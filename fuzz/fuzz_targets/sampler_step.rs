@@ -323,7 +323,9 @@ fn explained(values: &[f64], row: &RowParams, got: (u32, u32), want: (u32, u32))
     }
     if row.hashes_ranks() && tight.iter().filter(|&&k| k).count() <= RANK_CAP {
         let ranked: Vec<usize> = order(&p).into_iter().filter(|&j| loose[j]).collect();
-        let close = ranked.windows(2).any(|w| p[w[0]] != p[w[1]] && p[w[0]] - p[w[1]] <= NEAR * p[w[0]]);
+        // Two neighbours of distinct values within `NEAR`: float32 may order them either way,
+        // equal float64 probabilities included (values 0 and 1e-38 at T 1e-6).
+        let close = ranked.windows(2).any(|w| values[w[0]] != values[w[1]] && p[w[0]] - p[w[1]] <= NEAR * p[w[0]]);
         let status_ok =
             got.1 == want.1 || (!decided && [got.1, want.1].iter().all(|&s| s == 1 || s == STATUS_UNRANKED));
         return match (decided && !close, status_ok) {
