@@ -82,6 +82,7 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    // built by kernels::filters::filter_kernel
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         sk_for_each_row_at(slot);
     }

@@ -63,6 +63,7 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    // built by kernels::filters::filter_kernel
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;

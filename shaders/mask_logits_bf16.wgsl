@@ -56,6 +56,7 @@ fn sk_load_x(i: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
+    // built by kernels::filters::filter_kernel
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
         // built by kernels::abi::for_each_row_at
         var row: u32 = slot;

@@ -961,6 +961,8 @@ pub(super) fn sample_buffers(input: Input) -> Vec<BufferDecl> {
 
 fn filter_kernel(input: Input, output: Output, build: Build) -> Kernel {
     let mut b = Block::new();
+    // The body is one phase, which the outliner gives to a procedure: the unit names its builder.
+    b.stmts.push(Stmt::Comment("built by kernels::filters::filter_kernel".into()));
     if output == Output::Sample {
         for_each_row_at(&mut b, listed_row, |b| filter_row(b, input, output, build));
     } else {
