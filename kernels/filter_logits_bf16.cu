@@ -42,6 +42,7 @@ __shared__ unsigned int sk_many_u32[544];
 __shared__ unsigned long long sk_many_u64[544];
 __shared__ __align__(16) unsigned int listed_cols[4096];
 __shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int rank_bins[260];
 __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
@@ -72,20 +73,27 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_read_step_3.cuh"
+#include "functions/sk_list_keys.cuh"
+#include "functions/sk_race_sweep.cuh"
+#include "functions/sk_sort.cuh"
 #include "functions/sk_read_step_4.cuh"
 #include "functions/sk_read_step_5.cuh"
-#include "functions/sk_race_sweep.cuh"
-#include "functions/sk_gather.cuh"
 #include "functions/sk_read_step_6.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_7.cuh"
 #include "functions/sk_read_step_8.cuh"
-#include "functions/sk_candidate.cuh"
 #include "functions/sk_read_step_9.cuh"
 #include "functions/sk_read_step_10.cuh"
+#include "functions/sk_column_of_key.cuh"
+#include "functions/sk_read_step_11.cuh"
+#include "functions/sk_candidate.cuh"
+#include "functions/sk_read_step_12.cuh"
+#include "functions/sk_read_step_13.cuh"
 #include "functions/sk_digit_counts_2.cuh"
-#include "functions/sk_race.cuh"
 #include "functions/sk_find_set.cuh"
+#include "functions/sk_chunk.cuh"
+#include "functions/sk_race_long.cuh"
+#include "functions/sk_race.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -130,9 +138,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
                     } else {
-                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -217,21 +225,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                        sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
                                     } else {
-                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -243,11 +251,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                 tie_start = ties_before;
             }
             bool rank_done = false;
-            bool rank_over = false;
             unsigned int rank_col = 4294967295u;
             const unsigned int sk_e67 = (row * 12u);
             if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
-                sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
+                sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
@@ -275,21 +282,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_11(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_11(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_11(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_11(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }
@@ -319,9 +326,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -332,8 +339,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 unsigned int col = (col_lo + li0);
                                 float zv = (zx0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const float sk_e130 = ((ov == (0.0f)) ? (0.0f) : ov);
-                                unsigned int key = (sk_bitcast<unsigned int>(sk_e130) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e130) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e180 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e180 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e180) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -343,8 +350,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e131 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e131 : (zv + sk_e131)) : zv);
+                                    const float sk_e181 = sk_gumbel((w).x);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e181 : (zv + sk_e181)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -357,8 +364,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 unsigned int col = (col_lo + li1);
                                 float zv = (zx1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const float sk_e132 = ((ov == (0.0f)) ? (0.0f) : ov);
-                                unsigned int key = (sk_bitcast<unsigned int>(sk_e132) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e132) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e182 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e182 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e182) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -368,8 +375,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e133 = sk_gumbel((w).y);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e133 : (zv + sk_e133)) : zv);
+                                    const float sk_e183 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e183 : (zv + sk_e183)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -382,8 +389,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 unsigned int col = (col_lo + li2);
                                 float zv = (zx2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const float sk_e134 = ((ov == (0.0f)) ? (0.0f) : ov);
-                                unsigned int key = (sk_bitcast<unsigned int>(sk_e134) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e134) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e184 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e184 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e184) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -393,8 +400,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e135 = sk_gumbel((w).z);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e135 : (zv + sk_e135)) : zv);
+                                    const float sk_e185 = sk_gumbel((w).z);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e185 : (zv + sk_e185)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -407,8 +414,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 unsigned int col = (col_lo + li3);
                                 float zv = (zx3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const float sk_e136 = ((ov == (0.0f)) ? (0.0f) : ov);
-                                unsigned int key = (sk_bitcast<unsigned int>(sk_e136) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e136) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e186 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e186 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e186) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -418,8 +425,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e137 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e137 : (zv + sk_e137)) : zv);
+                                    const float sk_e187 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e187 : (zv + sk_e187)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -443,18 +450,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
             bool valid = (tok < vocab);
             unsigned int tok_at = (valid ? tok : 0u);
             if ((threadIdx.x == 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = (valid ? (rank_over ? 2u : 1u) : 0u);
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e138 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e188 = sk_load_x((base + tok_at));
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

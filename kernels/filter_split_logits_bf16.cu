@@ -61,13 +61,13 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_26.cuh"
+#include "functions/sk_read_step_32.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_27.cuh"
-#include "functions/sk_read_step_28.cuh"
-#include "functions/sk_read_step_29.cuh"
+#include "functions/sk_read_step_33.cuh"
+#include "functions/sk_read_step_34.cuh"
+#include "functions/sk_read_step_35.cuh"
 #include "functions/sk_sweep_set.cuh"
-#include "functions/sk_read_step_30.cuh"
+#include "functions/sk_read_step_36.cuh"
 #include "functions/sk_set_bounds.cuh"
 #include "functions/sk_decide.cuh"
 #include "functions/sk_stage.cuh"
@@ -162,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             const float sk_e8 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                             zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                         } else {
-                            sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                         }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step

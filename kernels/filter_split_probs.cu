@@ -54,12 +54,12 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_31.cuh"
+#include "functions/sk_read_step_37.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_32.cuh"
-#include "functions/sk_read_step_15.cuh"
+#include "functions/sk_read_step_38.cuh"
+#include "functions/sk_read_step_17.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_33.cuh"
+#include "functions/sk_read_step_39.cuh"
 #include "functions/sk_set_bounds_2.cuh"
 #include "functions/sk_decide_2.cuh"
 #include "functions/sk_stage_2.cuh"
@@ -157,16 +157,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_15(col_lo, li0, zx0, m);
+                            sk_read_step_17(col_lo, li0, zx0, m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_15(col_lo, li1, zx1, m);
+                            sk_read_step_17(col_lo, li1, zx1, m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_15(col_lo, li2, zx2, m);
+                            sk_read_step_17(col_lo, li2, zx2, m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_15(col_lo, li3, zx3, m);
+                            sk_read_step_17(col_lo, li3, zx3, m);
                         }
                     }
                 }

@@ -123,14 +123,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 sk_whole_row_results(top, top_i, tok);
             }
             if ((threadIdx.x == 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 float row_max = (0.0f);
                 row_max = sk_block_max_f32(m);
                 float row_sum = (0.0f);

@@ -33,6 +33,7 @@ __shared__ unsigned int sk_many_u32[544];
 __shared__ unsigned long long sk_many_u64[544];
 __shared__ __align__(16) unsigned int listed_cols[4096];
 __shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int rank_bins[260];
 __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
@@ -46,15 +47,15 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fixed.cuh"
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_20.cuh"
-#include "functions/sk_read_step_3.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_read_step.cuh"
+#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_read_step_4.cuh"
 #include "functions/sk_read_step_6.cuh"
-#include "functions/sk_read_step_2.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_candidate.cuh"
-#include "functions/sk_read_step_9.cuh"
-#include "functions/sk_read_step_10.cuh"
+#include "functions/sk_read_step_12.cuh"
+#include "functions/sk_read_step_13.cuh"
 #include "functions/sk_digit_counts_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
@@ -100,9 +101,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
                     } else {
-                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -172,21 +173,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                                sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
+                                sk_read_step_13(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
+                                sk_read_step_13(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
+                                sk_read_step_13(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
+                                sk_read_step_13(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
                             }
                         }
                     }
@@ -203,8 +204,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         float lx = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        const float sk_e23 = ((ov == (0.0f)) ? (0.0f) : ov);
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e23) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u));
+                        const unsigned int sk_e23 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                        unsigned int key = (sk_e23 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -226,8 +227,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         float lx = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        const float sk_e25 = ((ov == (0.0f)) ? (0.0f) : ov);
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u));
+                        const unsigned int sk_e25 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                        unsigned int key = (sk_e25 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -318,21 +319,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                        sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
                                     } else {
-                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -361,21 +362,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         unsigned int li3 = (c0 + 3u);
                         float zx3 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
                         } else {
-                            sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_20(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_26(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_20(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_26(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_20(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_26(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_20(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_26(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                     }
                 }

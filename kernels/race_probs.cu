@@ -167,14 +167,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             }
             bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 const float sk_e5 = sk_load_x((base + tok));
                 float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 if ((threadIdx.x == 0u)) {
@@ -271,14 +271,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     }
                     bool valid = (win > (0.0f));
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::abi::write_results_as
+                        // built by kernels::abi::write_results
                         tokens[row] = (valid ? tok : 0u);
                         if (((flags & 2u) != 0u)) {
                             status[row] = (valid ? 1u : 0u);
                         }
                     }
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results_as
+                        // built by kernels::abi::write_results
                         if ((threadIdx.x == 0u)) {
                             logprobs[row] = (valid ? ((z > (0.0f)) ? sk_log(z) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }

@@ -34,6 +34,7 @@ __shared__ unsigned int sk_many_u32[544];
 __shared__ unsigned long long sk_many_u64[544];
 __shared__ __align__(16) unsigned int listed_cols[4096];
 __shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int rank_bins[260];
 __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
@@ -49,15 +50,15 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_11.cuh"
-#include "functions/sk_read_step_15.cuh"
 #include "functions/sk_read_step_14.cuh"
-#include "functions/sk_read_step_21.cuh"
-#include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_22.cuh"
-#include "functions/sk_candidate_2.cuh"
+#include "functions/sk_read_step_17.cuh"
 #include "functions/sk_read_step_18.cuh"
-#include "functions/sk_read_step_19.cuh"
+#include "functions/sk_read_step_27.cuh"
+#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_28.cuh"
+#include "functions/sk_candidate_2.cuh"
+#include "functions/sk_read_step_24.cuh"
+#include "functions/sk_read_step_25.cuh"
 #include "functions/sk_digit_counts_3.cuh"
 #include "functions/sk_filter_row.cuh"
 

@@ -278,14 +278,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 }
                 bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
                         status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     const float sk_e67 = sk_load_x((base + tok));
                     const float sk_e66 = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
                     float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e66 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e66 - row_m)))) * inv);

@@ -123,14 +123,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
         sk_block_argmax_f64(best, best_i, win, tok);
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
                 const double sk_e64 = lp[(base + tok)];
                 const unsigned long long sk_e63 = sk_bitcast<unsigned long long>(sk_e64);

@@ -125,14 +125,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         sk_block_argmax_f64(best, best_i, win, tok);
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
                 const float sk_e82 = sk_load_lp((base + tok));
                 const double sk_e81 = ((double)(((sk_e82 > (0.0f)) && (sk_e82 <= (3.4028235e38f))) ? sk_log(sk_e82) : sk_bitcast<float>(4286578688u)));

@@ -64,6 +64,7 @@ __shared__ unsigned int sk_many_u32[544];
 __shared__ unsigned long long sk_many_u64[544];
 __shared__ __align__(16) unsigned int listed_cols[4096];
 __shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int rank_bins[260];
 __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
@@ -96,52 +97,56 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_select_step.cuh"
+#include "functions/sk_sweep_set.cuh"
 #include "functions/sk_cut_part.cuh"
 #include "functions/sk_cut_part_2.cuh"
-#include "functions/sk_sweep_set.cuh"
-#include "functions/sk_read_step_40.cuh"
+#include "functions/sk_read_step_46.cuh"
 #include "functions/sk_cut_part_3.cuh"
-#include "functions/sk_read_step_41.cuh"
-#include "functions/sk_read_step_42.cuh"
-#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_read_step_47.cuh"
 #include "functions/sk_select_in_range.cuh"
-#include "functions/sk_read_step_44.cuh"
-#include "functions/sk_read_step_45.cuh"
+#include "functions/sk_read_step_48.cuh"
+#include "functions/sk_read_step_49.cuh"
+#include "functions/sk_list_keys.cuh"
 #include "functions/sk_load_quad_as_12.cuh"
 #include "functions/sk_race_sweep_3.cuh"
 #include "functions/sk_race_one.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
-#include "functions/sk_read_step_46.cuh"
-#include "functions/sk_gather.cuh"
-#include "functions/sk_read_step_47.cuh"
+#include "functions/sk_read_step_50.cuh"
+#include "functions/sk_sort.cuh"
+#include "functions/sk_read_step_51.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
-#include "functions/sk_read_step_48.cuh"
-#include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_49.cuh"
-#include "functions/sk_read_step_50.cuh"
-#include "functions/sk_read_step_51.cuh"
-#include "functions/sk_race_one_2.cuh"
 #include "functions/sk_read_step_52.cuh"
 #include "functions/sk_read_step_53.cuh"
-#include "functions/sk_candidate.cuh"
 #include "functions/sk_read_step_54.cuh"
+#include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_55.cuh"
+#include "functions/sk_read_step_56.cuh"
+#include "functions/sk_read_step_57.cuh"
+#include "functions/sk_read_step_58.cuh"
+#include "functions/sk_read_step_59.cuh"
+#include "functions/sk_column_of_key_3.cuh"
+#include "functions/sk_read_step_60.cuh"
+#include "functions/sk_race_one_2.cuh"
+#include "functions/sk_read_step_61.cuh"
+#include "functions/sk_read_step_62.cuh"
+#include "functions/sk_candidate.cuh"
+#include "functions/sk_read_step_63.cuh"
+#include "functions/sk_read_step_64.cuh"
 #include "functions/sk_race_one_3.cuh"
 #include "functions/sk_race_tied_range.cuh"
 #include "functions/sk_select_in_range_2.cuh"
-#include "functions/sk_read_step_56.cuh"
+#include "functions/sk_read_step_65.cuh"
 #include "functions/sk_merge_row.cuh"
-#include "functions/sk_write_results_as.cuh"
+#include "functions/sk_write_results.cuh"
 #include "functions/sk_merge.cuh"
 #include "functions/sk_digit_counts_6.cuh"
 #include "functions/sk_cut_part_4.cuh"
 #include "functions/sk_cut_here.cuh"
 #include "functions/sk_attempt_cut.cuh"
-#include "functions/sk_race_3.cuh"
 #include "functions/sk_select_in_range_3.cuh"
 #include "functions/sk_attempt_cut_2.cuh"
 #include "functions/sk_select_in_range_4.cuh"
@@ -150,12 +155,15 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_cut.cuh"
 #include "functions/sk_for_each_read.cuh"
 #include "functions/sk_find_set_4.cuh"
+#include "functions/sk_chunk_3.cuh"
+#include "functions/sk_race_long_3.cuh"
+#include "functions/sk_race_3.cuh"
 #include "functions/sk_sweep.cuh"
 #include "functions/sk_decide_4.cuh"
 #include "functions/sk_decide_5.cuh"
 #include "functions/sk_merge_row_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);
@@ -189,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
             const unsigned int sk_e1 = (row * 12u);
-            bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e2 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));

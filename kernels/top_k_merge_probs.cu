@@ -58,6 +58,7 @@ __shared__ unsigned int sk_many_u32[544];
 __shared__ unsigned long long sk_many_u64[544];
 __shared__ __align__(16) unsigned int listed_cols[4096];
 __shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int rank_bins[260];
 __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
@@ -87,50 +88,54 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_select_step.cuh"
+#include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_cut_part_5.cuh"
 #include "functions/sk_cut_part_6.cuh"
-#include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_57.cuh"
+#include "functions/sk_read_step_66.cuh"
 #include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_read_step_58.cuh"
-#include "functions/sk_read_step_59.cuh"
+#include "functions/sk_read_step_67.cuh"
+#include "functions/sk_read_step_68.cuh"
+#include "functions/sk_read_step_69.cuh"
 #include "functions/sk_select_in_range_5.cuh"
-#include "functions/sk_read_step_60.cuh"
+#include "functions/sk_list_keys.cuh"
 #include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_race_sweep_4.cuh"
 #include "functions/sk_race_one_4.cuh"
-#include "functions/sk_read_step_14.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
-#include "functions/sk_gather.cuh"
+#include "functions/sk_sort.cuh"
 #include "functions/sk_select_step_4.cuh"
-#include "functions/sk_read_step_15.cuh"
+#include "functions/sk_read_step_17.cuh"
 #include "functions/sk_choose_bin_2.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_cut_part_8.cuh"
+#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_70.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_merge_row_3.cuh"
 #include "functions/sk_cut_part_9.cuh"
-#include "functions/sk_read_step_61.cuh"
-#include "functions/sk_read_step_62.cuh"
-#include "functions/sk_read_step_63.cuh"
-#include "functions/sk_read_step_64.cuh"
-#include "functions/sk_read_step_65.cuh"
+#include "functions/sk_read_step_71.cuh"
+#include "functions/sk_read_step_72.cuh"
+#include "functions/sk_read_step_73.cuh"
+#include "functions/sk_read_step_74.cuh"
+#include "functions/sk_column_of_key_4.cuh"
+#include "functions/sk_read_step_75.cuh"
+#include "functions/sk_read_step_76.cuh"
+#include "functions/sk_read_step_77.cuh"
 #include "functions/sk_candidate_2.cuh"
-#include "functions/sk_read_step_66.cuh"
-#include "functions/sk_read_step_67.cuh"
+#include "functions/sk_read_step_78.cuh"
+#include "functions/sk_read_step_79.cuh"
 #include "functions/sk_race_one_5.cuh"
 #include "functions/sk_race_tied_range_2.cuh"
 #include "functions/sk_select_in_range_6.cuh"
-#include "functions/sk_write_results_as_2.cuh"
-#include "functions/sk_read_step_68.cuh"
+#include "functions/sk_write_results_2.cuh"
+#include "functions/sk_read_step_80.cuh"
 #include "functions/sk_merge_2.cuh"
 #include "functions/sk_digit_counts_7.cuh"
 #include "functions/sk_cut_part_10.cuh"
 #include "functions/sk_cut_part_11.cuh"
 #include "functions/sk_attempt_cut_4.cuh"
-#include "functions/sk_race_4.cuh"
 #include "functions/sk_select_in_range_7.cuh"
 #include "functions/sk_attempt_cut_5.cuh"
 #include "functions/sk_select_in_range_8.cuh"
@@ -139,12 +144,15 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_cut_2.cuh"
 #include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_find_set_5.cuh"
+#include "functions/sk_chunk_4.cuh"
+#include "functions/sk_race_long_4.cuh"
+#include "functions/sk_race_4.cuh"
 #include "functions/sk_sweep_2.cuh"
 #include "functions/sk_decide_6.cuh"
 #include "functions/sk_decide_5.cuh"
 #include "functions/sk_merge_row_4.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)))) top_k_merge_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);
@@ -178,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
             const unsigned int sk_e1 = (row * 12u);
-            bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e2 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));

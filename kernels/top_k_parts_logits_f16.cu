@@ -73,13 +73,13 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
-#include "functions/sk_read_step_34.cuh"
-#include "functions/sk_read_step_35.cuh"
+#include "functions/sk_read_step_40.cuh"
+#include "functions/sk_read_step_41.cuh"
 #include "functions/sk_race_part.cuh"
 #include "functions/sk_for_each_word.cuh"
 #include "functions/sk_for_each_word_2.cuh"
-#include "functions/sk_read_step_36.cuh"
-#include "functions/sk_read_step_37.cuh"
+#include "functions/sk_read_step_42.cuh"
+#include "functions/sk_read_step_43.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 #include "functions/sk_place_cut.cuh"
@@ -116,7 +116,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
         const unsigned int sk_e1 = (row * 12u);
-        bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+        bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
         bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         const unsigned int sk_e2 = (row * 12u);
         bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -171,57 +171,57 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
                     float zx15 = (0.0f);
                     if ((li15 < n_cols)) {
-                        sk_read_step_36(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_42(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     } else {
-                        sk_read_step_37(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     }
                     {
-                        sk_read_step_35(zx0, temp, li0, n_cols, m);
+                        sk_read_step_41(zx0, temp, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx1, temp, li1, n_cols, m);
+                        sk_read_step_41(zx1, temp, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx2, temp, li2, n_cols, m);
+                        sk_read_step_41(zx2, temp, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx3, temp, li3, n_cols, m);
+                        sk_read_step_41(zx3, temp, li3, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx4, temp, li4, n_cols, m);
+                        sk_read_step_41(zx4, temp, li4, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx5, temp, li5, n_cols, m);
+                        sk_read_step_41(zx5, temp, li5, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx6, temp, li6, n_cols, m);
+                        sk_read_step_41(zx6, temp, li6, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx7, temp, li7, n_cols, m);
+                        sk_read_step_41(zx7, temp, li7, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx8, temp, li8, n_cols, m);
+                        sk_read_step_41(zx8, temp, li8, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx9, temp, li9, n_cols, m);
+                        sk_read_step_41(zx9, temp, li9, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx10, temp, li10, n_cols, m);
+                        sk_read_step_41(zx10, temp, li10, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx11, temp, li11, n_cols, m);
+                        sk_read_step_41(zx11, temp, li11, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx12, temp, li12, n_cols, m);
+                        sk_read_step_41(zx12, temp, li12, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx13, temp, li13, n_cols, m);
+                        sk_read_step_41(zx13, temp, li13, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx14, temp, li14, n_cols, m);
+                        sk_read_step_41(zx14, temp, li14, n_cols, m);
                     }
                     {
-                        sk_read_step_35(zx15, temp, li15, n_cols, m);
+                        sk_read_step_41(zx15, temp, li15, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);

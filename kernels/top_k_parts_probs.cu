@@ -62,8 +62,8 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_race_part_2.cuh"
 #include "functions/sk_for_each_word_3.cuh"
 #include "functions/sk_for_each_word_4.cuh"
-#include "functions/sk_read_step_38.cuh"
-#include "functions/sk_read_step_39.cuh"
+#include "functions/sk_read_step_44.cuh"
+#include "functions/sk_read_step_45.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_histogram_part_2.cuh"
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
         const unsigned int sk_e1 = (row * 12u);
-        bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+        bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
         bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         const unsigned int sk_e2 = (row * 12u);
         bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -153,16 +153,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         zx3 = (sk_e7 ? sk_load_x(((base + col_lo) + (sk_e7 ? li3 : (n_cols - 1u)))) : (0.0f));
                     }
                     {
-                        sk_read_step_39(zx0, li0, n_cols, m);
+                        sk_read_step_45(zx0, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_39(zx1, li1, n_cols, m);
+                        sk_read_step_45(zx1, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_39(zx2, li2, n_cols, m);
+                        sk_read_step_45(zx2, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_39(zx3, li3, n_cols, m);
+                        sk_read_step_45(zx3, li3, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);

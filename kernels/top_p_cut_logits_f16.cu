@@ -69,9 +69,9 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_load_quad_as_12.cuh"
 #include "functions/sk_race_one.cuh"
-#include "functions/sk_read_step_53.cuh"
+#include "functions/sk_read_step_62.cuh"
 #include "functions/sk_race_one_6.cuh"
-#include "functions/sk_read_step_69.cuh"
+#include "functions/sk_read_step_81.cuh"
 #include "functions/sk_cut_part_13.cuh"
 #include "functions/sk_cut_part_14.cuh"
 
@@ -108,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
             const unsigned int sk_e1 = (row * 12u);
-            bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e2 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));

@@ -62,7 +62,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_race_one_4.cuh"
 #include "functions/sk_cut_part_16.cuh"
-#include "functions/sk_read_step_64.cuh"
+#include "functions/sk_read_step_76.cuh"
 #include "functions/sk_race_one_7.cuh"
 #include "functions/sk_cut_part_17.cuh"
 #include "functions/sk_cut_part_18.cuh"
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
             const unsigned int sk_e1 = (row * 12u);
-            bool one_read = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             const unsigned int sk_e2 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -152,17 +152,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     float part_w_below = (0.0f);
                     part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == part_mx) ? (1.0f) : (max_below_v / part_mx))));
                     unsigned int part_min_above_not = 0u;
-                    const float sk_e79 = ((min_above == (0.0f)) ? (0.0f) : min_above);
-                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e79) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    const unsigned int sk_e79 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above));
+                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e79 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_min_range_not = 0u;
-                    const float sk_e80 = ((min_range == (0.0f)) ? (0.0f) : min_range);
-                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e80) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    const unsigned int sk_e80 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range));
+                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e80 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_max_range = 0u;
-                    const float sk_e81 = ((max_range_v == (0.0f)) ? (0.0f) : max_range_v);
-                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e81) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e81) >> 31u)) | 2147483648u))));
+                    const unsigned int sk_e81 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v));
+                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e81 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e81) >> 31u)) | 2147483648u))));
                     unsigned int part_max_below = 0u;
-                    const float sk_e82 = ((max_below_v == (0.0f)) ? (0.0f) : max_below_v);
-                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e82) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u))));
+                    const unsigned int sk_e82 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v));
+                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e82 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u))));
                     bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     float part_best = (0.0f);
                     unsigned int part_best_i = 0u;
@@ -252,16 +252,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e88) ? li3 : (sk_e88 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                             }
                         }

@@ -34,6 +34,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -77,20 +78,27 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_read_step_3.wgsl
+// shaders/functions/sk_list_keys.wgsl
+// shaders/functions/sk_race_sweep.wgsl
+// shaders/functions/sk_sort.wgsl
 // shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step_5.wgsl
-// shaders/functions/sk_race_sweep.wgsl
-// shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_7.wgsl
 // shaders/functions/sk_read_step_8.wgsl
-// shaders/functions/sk_candidate.wgsl
 // shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_10.wgsl
+// shaders/functions/sk_column_of_key.wgsl
+// shaders/functions/sk_read_step_11.wgsl
+// shaders/functions/sk_candidate.wgsl
+// shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_digit_counts_2.wgsl
-// shaders/functions/sk_race.wgsl
 // shaders/functions/sk_find_set.wgsl
+// shaders/functions/sk_chunk.wgsl
+// shaders/functions/sk_race_long.wgsl
+// shaders/functions/sk_race.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -135,9 +143,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -222,21 +230,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -248,11 +256,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tie_start = ties_before;
             }
             var rank_done: bool = false;
-            var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
             let sk_e67: u32 = (row * 12u);
             if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
-                sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+                sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);
@@ -280,21 +287,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_11(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_11(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_11(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_11(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -324,9 +331,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -337,8 +344,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e130: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e130) ^ (bitcast<u32>((bitcast<i32>(sk_e130) >> 31u)) | 2147483648u));
+                                let sk_e180: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e180 ^ (bitcast<u32>((bitcast<i32>(sk_e180) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -348,8 +355,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e131: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e131), sk_e131, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e181: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e181), sk_e181, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -362,8 +369,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e132: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e132) ^ (bitcast<u32>((bitcast<i32>(sk_e132) >> 31u)) | 2147483648u));
+                                let sk_e182: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e182 ^ (bitcast<u32>((bitcast<i32>(sk_e182) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -373,8 +380,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e133: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e133), sk_e133, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e183: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e183), sk_e183, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -387,8 +394,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e134: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e134) ^ (bitcast<u32>((bitcast<i32>(sk_e134) >> 31u)) | 2147483648u));
+                                let sk_e184: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e184 ^ (bitcast<u32>((bitcast<i32>(sk_e184) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -398,8 +405,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e135: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e135), sk_e135, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e185: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e185), sk_e185, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -412,8 +419,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e136: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e136) ^ (bitcast<u32>((bitcast<i32>(sk_e136) >> 31u)) | 2147483648u));
+                                let sk_e186: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e186 ^ (bitcast<u32>((bitcast<i32>(sk_e186) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -423,8 +430,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e137: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e137), sk_e137, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e187: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e187), sk_e187, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -448,18 +455,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             if ((sk_lid == 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
-                    status[row] = select(0u, select(1u, 2u, rank_over), valid);
+                    status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e138: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e188: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

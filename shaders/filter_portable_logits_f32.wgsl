@@ -115,15 +115,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exponential.words.wgsl
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
-// shaders/functions/sk_read_step_23.wgsl
-// shaders/functions/sk_read_step.wgsl
+// shaders/functions/sk_read_step_29.wgsl
+// shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
+// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts_4.wgsl
 // shaders/functions/sk_candidate_3.wgsl
-// shaders/functions/sk_read_step_24.wgsl
-// shaders/functions/sk_read_step_25.wgsl
+// shaders/functions/sk_read_step_30.wgsl
+// shaders/functions/sk_read_step_31.wgsl
 // shaders/functions/sk_digit_counts_5.wgsl
 // shaders/functions/sk_find_set_3.wgsl
 
@@ -170,9 +170,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -257,21 +257,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_23(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_29(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_23(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_29(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_23(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_29(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_23(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_29(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -309,9 +309,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -322,8 +322,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e75: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e75) ^ (bitcast<u32>((bitcast<i32>(sk_e75) >> 31u)) | 2147483648u));
+                                let sk_e75: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e75 ^ (bitcast<u32>((bitcast<i32>(sk_e75) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -347,8 +347,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e77: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e77) ^ (bitcast<u32>((bitcast<i32>(sk_e77) >> 31u)) | 2147483648u));
+                                let sk_e77: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e77 ^ (bitcast<u32>((bitcast<i32>(sk_e77) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -372,8 +372,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e79: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e79) ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u));
+                                let sk_e79: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e79 ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -397,8 +397,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e81: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                                var key: u32 = (bitcast<u32>(sk_e81) ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u));
+                                let sk_e81: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e81 ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -430,14 +430,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             if ((sk_lid == 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results_as
+                // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
                     let sk_e83: f32 = sk_load_x((base + tok_at));

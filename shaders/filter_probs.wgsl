@@ -34,6 +34,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -70,22 +71,29 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_11.wgsl
-// shaders/functions/sk_read_step_12.wgsl
-// shaders/functions/sk_read_step_13.wgsl
-// shaders/functions/sk_race_sweep_2.wgsl
 // shaders/functions/sk_read_step_14.wgsl
-// shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_15.wgsl
-// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_list_keys.wgsl
+// shaders/functions/sk_race_sweep_2.wgsl
+// shaders/functions/sk_sort.wgsl
 // shaders/functions/sk_read_step_17.wgsl
-// shaders/functions/sk_candidate_2.wgsl
 // shaders/functions/sk_read_step_18.wgsl
 // shaders/functions/sk_read_step_19.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_20.wgsl
+// shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_read_step_22.wgsl
+// shaders/functions/sk_column_of_key_2.wgsl
+// shaders/functions/sk_read_step_23.wgsl
+// shaders/functions/sk_candidate_2.wgsl
+// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step_25.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
-// shaders/functions/sk_race_2.wgsl
 // shaders/functions/sk_find_set_2.wgsl
+// shaders/functions/sk_chunk_2.wgsl
+// shaders/functions/sk_race_long_2.wgsl
+// shaders/functions/sk_race_2.wgsl
 // shaders/functions/sk_for_each_row_at.wgsl
 
 @compute @workgroup_size(256)

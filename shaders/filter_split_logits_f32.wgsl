@@ -66,13 +66,13 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_26.wgsl
+// shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_27.wgsl
-// shaders/functions/sk_read_step_28.wgsl
-// shaders/functions/sk_read_step_29.wgsl
+// shaders/functions/sk_read_step_33.wgsl
+// shaders/functions/sk_read_step_34.wgsl
+// shaders/functions/sk_read_step_35.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_30.wgsl
+// shaders/functions/sk_read_step_36.wgsl
 // shaders/functions/sk_set_bounds.wgsl
 // shaders/functions/sk_decide.wgsl
 // shaders/functions/sk_stage.wgsl
@@ -167,7 +167,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e8: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
                             zx3 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                         } else {
-                            sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step

@@ -63,12 +63,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_31.wgsl
+// shaders/functions/sk_read_step_37.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_32.wgsl
-// shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_read_step_38.wgsl
+// shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_33.wgsl
+// shaders/functions/sk_read_step_39.wgsl
 // shaders/functions/sk_set_bounds_2.wgsl
 // shaders/functions/sk_decide_2.wgsl
 // shaders/functions/sk_stage_2.wgsl
@@ -166,16 +166,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_15(col_lo, li0, zx0, &m);
+                            sk_read_step_17(col_lo, li0, zx0, &m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_15(col_lo, li1, zx1, &m);
+                            sk_read_step_17(col_lo, li1, zx1, &m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_15(col_lo, li2, zx2, &m);
+                            sk_read_step_17(col_lo, li2, zx2, &m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_15(col_lo, li3, zx3, &m);
+                            sk_read_step_17(col_lo, li3, zx3, &m);
                         }
                     }
                 }

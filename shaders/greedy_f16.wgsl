@@ -130,14 +130,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_whole_row_results(sk_lid, top, top_i, &tok);
                 }
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     var row_max: f32 = (0.0f);
                     row_max = sk_block_max_f32(sk_lid, m);
                     var row_sum: f32 = (0.0f);

@@ -25,6 +25,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -43,15 +44,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_20.wgsl
-// shaders/functions/sk_read_step_3.wgsl
+// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_read_step.wgsl
+// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_candidate.wgsl
-// shaders/functions/sk_read_step_9.wgsl
-// shaders/functions/sk_read_step_10.wgsl
+// shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_digit_counts_2.wgsl
 
 @compute @workgroup_size(256)
@@ -97,9 +98,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -169,21 +170,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                                sk_read_step_13(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                                sk_read_step_13(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                                sk_read_step_13(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                                sk_read_step_13(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                             }
                         }
                     }
@@ -200,8 +201,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e23: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e23) ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
+                        let sk_e23: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e23 ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -223,8 +224,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e25: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
+                        let sk_e25: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e25 ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -315,21 +316,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -358,21 +359,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_20(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_26(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_20(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_26(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_20(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_26(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_20(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_26(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                     }
                 }

@@ -183,14 +183,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var valid: bool = (win > (0.0f));
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     let sk_e5: f32 = sk_load_x((base + tok));
                     var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                     if ((sk_lid == 0u)) {

@@ -26,6 +26,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -45,15 +46,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_11.wgsl
-// shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_read_step_14.wgsl
-// shaders/functions/sk_read_step_21.wgsl
-// shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_22.wgsl
-// shaders/functions/sk_candidate_2.wgsl
+// shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_read_step_18.wgsl
-// shaders/functions/sk_read_step_19.wgsl
+// shaders/functions/sk_read_step_27.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_28.wgsl
+// shaders/functions/sk_candidate_2.wgsl
+// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step_25.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
 // shaders/functions/sk_filter_row.wgsl
 

@@ -116,14 +116,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         sk_block_argmax_f64(sk_lid, best, best_i, &win, &tok);
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = select(0u, tok, valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
                 let sk_e38: f32 = sk_load_lp((base + tok));
                 let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));

@@ -35,6 +35,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -87,44 +88,48 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_40.wgsl
-// shaders/functions/sk_read_step_41.wgsl
+// shaders/functions/sk_read_step_46.wgsl
 // shaders/functions/sk_race_one_6.wgsl
-// shaders/functions/sk_read_step_70.wgsl
-// shaders/functions/sk_read_step_42.wgsl
-// shaders/functions/sk_read_step_43.wgsl
+// shaders/functions/sk_read_step_82.wgsl
+// shaders/functions/sk_read_step_47.wgsl
 // shaders/functions/sk_select_in_range.wgsl
-// shaders/functions/sk_read_step_44.wgsl
-// shaders/functions/sk_read_step_45.wgsl
+// shaders/functions/sk_read_step_48.wgsl
+// shaders/functions/sk_read_step_49.wgsl
+// shaders/functions/sk_list_keys.wgsl
 // shaders/functions/sk_race_sweep_3.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
-// shaders/functions/sk_read_step_53.wgsl
-// shaders/functions/sk_read_step_46.wgsl
-// shaders/functions/sk_gather.wgsl
-// shaders/functions/sk_read_step_47.wgsl
+// shaders/functions/sk_read_step_62.wgsl
+// shaders/functions/sk_read_step_50.wgsl
+// shaders/functions/sk_sort.wgsl
+// shaders/functions/sk_read_step_51.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
+// shaders/functions/sk_read_step_52.wgsl
+// shaders/functions/sk_read_step_53.wgsl
 // shaders/functions/sk_race_one_8.wgsl
-// shaders/functions/sk_read_step_48.wgsl
-// shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_49.wgsl
-// shaders/functions/sk_read_step_50.wgsl
-// shaders/functions/sk_read_step_51.wgsl
-// shaders/functions/sk_candidate.wgsl
 // shaders/functions/sk_read_step_54.wgsl
+// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_55.wgsl
 // shaders/functions/sk_read_step_56.wgsl
+// shaders/functions/sk_read_step_57.wgsl
+// shaders/functions/sk_read_step_58.wgsl
+// shaders/functions/sk_read_step_59.wgsl
+// shaders/functions/sk_column_of_key_3.wgsl
+// shaders/functions/sk_read_step_60.wgsl
+// shaders/functions/sk_candidate.wgsl
+// shaders/functions/sk_read_step_63.wgsl
+// shaders/functions/sk_read_step_64.wgsl
+// shaders/functions/sk_read_step_65.wgsl
 // shaders/functions/sk_merge_row.wgsl
-// shaders/functions/sk_write_results_as.wgsl
+// shaders/functions/sk_write_results.wgsl
 // shaders/functions/sk_merge_3.wgsl
 // shaders/functions/sk_cut_part_4.wgsl
 // shaders/functions/sk_cut_here_2.wgsl
 // shaders/functions/sk_attempt_cut_7.wgsl
 // shaders/functions/sk_digit_counts_6.wgsl
-// shaders/functions/sk_race_3.wgsl
 // shaders/functions/sk_select_in_range_3.wgsl
 // shaders/functions/sk_attempt_cut_8.wgsl
 // shaders/functions/sk_select_in_range_4.wgsl
@@ -133,6 +138,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_merge_cut_3.wgsl
 // shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_find_set_4.wgsl
+// shaders/functions/sk_chunk_3.wgsl
+// shaders/functions/sk_race_long_3.wgsl
+// shaders/functions/sk_race_3.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_decide_4.wgsl
 // shaders/functions/sk_decide_5.wgsl
@@ -175,7 +183,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e1: u32 = (row * 12u);
-                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e2: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -219,18 +227,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e517: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e517 + 1u)] == 1u) && (rows[(sk_e517 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e567: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e567 + 1u)] == 1u) && (rows[(sk_e567 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e518: u32 = (row * 12u);
-                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e518 + 1u)] == 1u) && (rows[(sk_e518 + 6u)] == 1u))))) && (!mp_first));
+                let sk_e568: u32 = (row * 12u);
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e568 + 1u)] == 1u) && (rows[(sk_e568 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e568 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e519: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e519 + 1u)] == 1u) && (rows[(sk_e519 + 6u)] == 1u))));
+                let sk_e569: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e569 + 1u)] == 1u) && (rows[(sk_e569 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {

@@ -35,6 +35,7 @@ var<workgroup> sk_sums_lo: array<u32, 16>;
 var<workgroup> sk_sums_hi: array<u32, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> rank_count: array<atomic<u32>, 1>;
+var<workgroup> rank_bins: array<atomic<u32>, 260>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
@@ -83,44 +84,48 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_57.wgsl
-// shaders/functions/sk_read_step_58.wgsl
+// shaders/functions/sk_read_step_66.wgsl
+// shaders/functions/sk_read_step_67.wgsl
 // shaders/functions/sk_cut_part_8.wgsl
-// shaders/functions/sk_read_step_59.wgsl
+// shaders/functions/sk_read_step_68.wgsl
+// shaders/functions/sk_read_step_69.wgsl
 // shaders/functions/sk_select_in_range_5.wgsl
-// shaders/functions/sk_read_step_60.wgsl
+// shaders/functions/sk_list_keys.wgsl
 // shaders/functions/sk_race_sweep_4.wgsl
-// shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_decide_3.wgsl
-// shaders/functions/sk_read_step_64.wgsl
+// shaders/functions/sk_read_step_76.wgsl
 // shaders/functions/sk_rank_listed.wgsl
-// shaders/functions/sk_gather.wgsl
+// shaders/functions/sk_sort.wgsl
 // shaders/functions/sk_select_step_4.wgsl
-// shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_choose_bin_2.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
+// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_70.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_merge_row_3.wgsl
 // shaders/functions/sk_cut_part_9.wgsl
-// shaders/functions/sk_read_step_61.wgsl
-// shaders/functions/sk_read_step_62.wgsl
-// shaders/functions/sk_read_step_63.wgsl
-// shaders/functions/sk_read_step_65.wgsl
+// shaders/functions/sk_read_step_71.wgsl
+// shaders/functions/sk_read_step_72.wgsl
+// shaders/functions/sk_read_step_73.wgsl
+// shaders/functions/sk_read_step_74.wgsl
+// shaders/functions/sk_column_of_key_4.wgsl
+// shaders/functions/sk_read_step_75.wgsl
+// shaders/functions/sk_read_step_77.wgsl
 // shaders/functions/sk_candidate_2.wgsl
-// shaders/functions/sk_read_step_66.wgsl
-// shaders/functions/sk_read_step_67.wgsl
+// shaders/functions/sk_read_step_78.wgsl
+// shaders/functions/sk_read_step_79.wgsl
 // shaders/functions/sk_race_one_5.wgsl
 // shaders/functions/sk_race_tied_range_2.wgsl
 // shaders/functions/sk_select_in_range_6.wgsl
-// shaders/functions/sk_write_results_as_2.wgsl
-// shaders/functions/sk_read_step_68.wgsl
+// shaders/functions/sk_write_results_2.wgsl
+// shaders/functions/sk_read_step_80.wgsl
 // shaders/functions/sk_merge_2.wgsl
 // shaders/functions/sk_cut_part_10.wgsl
 // shaders/functions/sk_cut_here_3.wgsl
 // shaders/functions/sk_digit_counts_7.wgsl
 // shaders/functions/sk_attempt_cut_4.wgsl
-// shaders/functions/sk_race_4.wgsl
 // shaders/functions/sk_select_in_range_7.wgsl
 // shaders/functions/sk_attempt_cut_5.wgsl
 // shaders/functions/sk_select_in_range_8.wgsl
@@ -129,6 +134,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_merge_cut_2.wgsl
 // shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_find_set_5.wgsl
+// shaders/functions/sk_chunk_4.wgsl
+// shaders/functions/sk_race_long_4.wgsl
+// shaders/functions/sk_race_4.wgsl
 // shaders/functions/sk_sweep_2.wgsl
 // shaders/functions/sk_decide_6.wgsl
 // shaders/functions/sk_decide_5.wgsl
@@ -171,7 +179,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
                 let sk_e1: u32 = (row * 12u);
-                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
                 let sk_e2: u32 = (row * 12u);
                 var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -221,18 +229,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e303: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e303 + 1u)] == 1u) && (rows[(sk_e303 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e321: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e321 + 1u)] == 1u) && (rows[(sk_e321 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e304: u32 = (row * 12u);
-                var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e304 + 1u)] == 1u) && (rows[(sk_e304 + 6u)] == 1u))))) && (!mp_first));
+                let sk_e322: u32 = (row * 12u);
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e322 + 1u)] == 1u) && (rows[(sk_e322 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e322 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e305: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e305 + 1u)] == 1u) && (rows[(sk_e305 + 6u)] == 1u))));
+                let sk_e323: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e323 + 1u)] == 1u) && (rows[(sk_e323 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {

@@ -57,14 +57,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
-// shaders/functions/sk_read_step_34.wgsl
+// shaders/functions/sk_read_step_40.wgsl
 // shaders/functions/sk_parts_kernel.wgsl
-// shaders/functions/sk_read_step_35.wgsl
+// shaders/functions/sk_read_step_41.wgsl
 // shaders/functions/sk_race_part.wgsl
 // shaders/functions/sk_for_each_word.wgsl
 // shaders/functions/sk_for_each_word_2.wgsl
-// shaders/functions/sk_read_step_36.wgsl
-// shaders/functions/sk_read_step_37.wgsl
+// shaders/functions/sk_read_step_42.wgsl
+// shaders/functions/sk_read_step_43.wgsl
 // shaders/functions/sk_read_part.wgsl
 // shaders/functions/sk_clear.wgsl
 // shaders/functions/sk_place_cut.wgsl
@@ -103,7 +103,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
             let sk_e1: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e2: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -158,57 +158,57 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li15: u32 = (i0 + (BLOCK * 15u));
                         var zx15: f32 = (0.0f);
                         if ((li15 < n_cols)) {
-                            sk_read_step_36(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                            sk_read_step_42(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                         } else {
-                            sk_read_step_37(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                         }
                         {
-                            sk_read_step_35(zx0, temp, li0, n_cols, &m);
+                            sk_read_step_41(zx0, temp, li0, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx1, temp, li1, n_cols, &m);
+                            sk_read_step_41(zx1, temp, li1, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx2, temp, li2, n_cols, &m);
+                            sk_read_step_41(zx2, temp, li2, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx3, temp, li3, n_cols, &m);
+                            sk_read_step_41(zx3, temp, li3, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx4, temp, li4, n_cols, &m);
+                            sk_read_step_41(zx4, temp, li4, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx5, temp, li5, n_cols, &m);
+                            sk_read_step_41(zx5, temp, li5, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx6, temp, li6, n_cols, &m);
+                            sk_read_step_41(zx6, temp, li6, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx7, temp, li7, n_cols, &m);
+                            sk_read_step_41(zx7, temp, li7, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx8, temp, li8, n_cols, &m);
+                            sk_read_step_41(zx8, temp, li8, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx9, temp, li9, n_cols, &m);
+                            sk_read_step_41(zx9, temp, li9, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx10, temp, li10, n_cols, &m);
+                            sk_read_step_41(zx10, temp, li10, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx11, temp, li11, n_cols, &m);
+                            sk_read_step_41(zx11, temp, li11, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx12, temp, li12, n_cols, &m);
+                            sk_read_step_41(zx12, temp, li12, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx13, temp, li13, n_cols, &m);
+                            sk_read_step_41(zx13, temp, li13, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx14, temp, li14, n_cols, &m);
+                            sk_read_step_41(zx14, temp, li14, n_cols, &m);
                         }
                         {
-                            sk_read_step_35(zx15, temp, li15, n_cols, &m);
+                            sk_read_step_41(zx15, temp, li15, n_cols, &m);
                         }
                     }
                     var part_m: f32 = (0.0f);
@@ -303,7 +303,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             let sk_e169: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u))))) && (!mp_first));
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e169 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e170: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u))));

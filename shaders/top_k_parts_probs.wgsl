@@ -58,8 +58,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_part_2.wgsl
 // shaders/functions/sk_for_each_word_3.wgsl
 // shaders/functions/sk_for_each_word_4.wgsl
-// shaders/functions/sk_read_step_38.wgsl
-// shaders/functions/sk_read_step_39.wgsl
+// shaders/functions/sk_read_step_44.wgsl
+// shaders/functions/sk_read_step_45.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
@@ -98,7 +98,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
             let sk_e1: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e2: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -151,16 +151,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e7))), sk_e7);
                         }
                         {
-                            sk_read_step_39(zx0, li0, n_cols, &m);
+                            sk_read_step_45(zx0, li0, n_cols, &m);
                         }
                         {
-                            sk_read_step_39(zx1, li1, n_cols, &m);
+                            sk_read_step_45(zx1, li1, n_cols, &m);
                         }
                         {
-                            sk_read_step_39(zx2, li2, n_cols, &m);
+                            sk_read_step_45(zx2, li2, n_cols, &m);
                         }
                         {
-                            sk_read_step_39(zx3, li3, n_cols, &m);
+                            sk_read_step_45(zx3, li3, n_cols, &m);
                         }
                     }
                     var part_m: f32 = (0.0f);
@@ -254,7 +254,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             let sk_e58: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e58 + 1u)] == 1u) && (rows[(sk_e58 + 6u)] == 1u))))) && (!mp_first));
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e58 + 1u)] == 1u) && (rows[(sk_e58 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e58 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e59: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e59 + 1u)] == 1u) && (rows[(sk_e59 + 6u)] == 1u))));

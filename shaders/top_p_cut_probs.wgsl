@@ -62,7 +62,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_load_quad_as_13.wgsl
 // shaders/functions/sk_race_one_4.wgsl
 // shaders/functions/sk_cut_part_16.wgsl
-// shaders/functions/sk_read_step_64.wgsl
+// shaders/functions/sk_read_step_76.wgsl
 // shaders/functions/sk_race_one_7.wgsl
 // shaders/functions/sk_cut_part_17.wgsl
 // shaders/functions/sk_cut_part_18.wgsl
@@ -101,7 +101,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
             let sk_e1: u32 = (row * 12u);
-            var one_read: bool = ((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first));
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             let sk_e2: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
@@ -152,17 +152,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var part_w_below: f32 = (0.0f);
                     part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / part_mx), (1.0f), (max_below_v == part_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                     var part_min_above_not: u32 = 0u;
-                    let sk_e79: f32 = select(min_above, (0.0f), (min_above == (0.0f)));
-                    part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e79) ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                    let sk_e79: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
+                    part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e79 ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                     var part_min_range_not: u32 = 0u;
-                    let sk_e80: f32 = select(min_range, (0.0f), (min_range == (0.0f)));
-                    part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e80) ^ (bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                    let sk_e80: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
+                    part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e80 ^ (bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
                     var part_max_range: u32 = 0u;
-                    let sk_e81: f32 = select(max_range_v, (0.0f), (max_range_v == (0.0f)));
-                    part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e81) ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                    let sk_e81: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
+                    part_max_range = sk_block_max_u32(sk_lid, select((sk_e81 ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                     var part_max_below: u32 = 0u;
-                    let sk_e82: f32 = select(max_below_v, (0.0f), (max_below_v == (0.0f)));
-                    part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e82) ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                    let sk_e82: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
+                    part_max_below = sk_block_max_u32(sk_lid, select((sk_e82 ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                     var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     var part_best: f32 = (0.0f);
                     var part_best_i: u32 = 0u;
@@ -252,16 +252,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x(((base + col_lo) + select((sk_e88 - 1u), li3, (li3 < sk_e88))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                             }
                         }

@@ -53,8 +53,8 @@ pub use cudarc;
 pub use error::{Error, Result};
 pub use sampler::Sampler;
 pub use types::{
-    Definitions, Element, Filters, LogprobsMode, Order as FilterOrder, RepetitionScope, RowMode, RowParams, SeededHash,
-    Shape, StageRow, GREEDY_EPS, RANK_CAP, STATUS_UNRANKED,
+    Definitions, Element, FilterPath, Filters, LogprobsMode, Order as FilterOrder, RepetitionScope, RowMode, RowParams,
+    SeededHash, Shape, StageRow, GREEDY_EPS,
 };
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]

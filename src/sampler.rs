@@ -11,7 +11,7 @@ use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{sample_job, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::sglang::NormalizedParams;
-use crate::types::{RowMode, RowParams, Shape};
+use crate::types::{FilterPath, RowMode, RowParams, Shape};
 use std::ops::Deref;
 
 /// SGLang's seed for requests that give none, in deterministic inference.
@@ -109,9 +109,12 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         };
         // Greedy rows with a filter are the plain kernel's; the filter kernels skip them. Rows
         // that hash ranks stay on the path's list, whose merge ranks them whole: the filter
-        // kernels' own plan may split rows, which cannot rank them.
-        let off_path =
-            |r: &RowParams| r.has_filters() && r.is_sampled() && !r.takes_one_read(shape.vocab) && !r.hashes_ranks();
+        // kernels' own plan may split rows, which cannot rank them. So do rows forced onto the
+        // path, which its merge samples with the filter kernel's body where the path cannot.
+        let off_path = |r: &RowParams| {
+            let listed = r.hashes_ranks() || r.filter_path() == FilterPath::OneRead;
+            r.has_filters() && r.is_sampled() && !r.takes_one_read(shape.vocab) && !listed
+        };
         pick(&mut self.filtered, &mut self.filtered_rows, &|r| r.has_filters() && !off_path(r))?;
         pick(&mut self.off_path, &mut self.off_path_rows, &off_path)?;
         pick(&mut self.seeded, &mut self.seeded_rows, &|r| r.mode() == RowMode::Seeded)?;

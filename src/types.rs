@@ -75,7 +75,9 @@ pub struct RowParams {
     order: u32,
     /// [`crate::generated::HASH_SORTED_RANK`] ([`SeededHash::SortedRank`]), or 0.
     hash: u32,
-    reserved: u32,
+    /// 0 (the routing's choice), [`crate::generated::PATH_ONE_READ`] or
+    /// [`crate::generated::PATH_FILTER_KERNEL`] ([`FilterPath`]).
+    path: u32,
     seed: [u32; 2],
     offset: [u32; 2],
 }
@@ -92,6 +94,7 @@ const _: () = {
     assert!(offset_of!(RowParams, min_p) == 4 * g::WORD_MIN_P);
     assert!(offset_of!(RowParams, order) == 4 * g::WORD_ORDER);
     assert!(offset_of!(RowParams, hash) == 4 * g::WORD_HASH);
+    assert!(offset_of!(RowParams, path) == 4 * g::WORD_PATH);
     assert!(offset_of!(RowParams, seed) == 4 * g::WORD_SEED);
     assert!(offset_of!(RowParams, offset) == 4 * g::WORD_OFFSET);
 };
@@ -120,7 +123,7 @@ impl RowParams {
             min_p: 0.0,
             order: 0,
             hash: 0,
-            reserved: 0,
+            path: 0,
             seed: [seed as u32, (seed >> 32) as u32],
             offset: [offset as u32, (offset >> 32) as u32],
         }
@@ -198,6 +201,24 @@ impl RowParams {
             SeededHash::VocabId
         }
     }
+    /// Forces the device path of the row's filters (see [`FilterPath`]); the token is the same
+    /// on every path.
+    pub fn with_filter_path(self, path: FilterPath) -> Self {
+        let path = match path {
+            FilterPath::Auto => 0,
+            FilterPath::OneRead => crate::generated::PATH_ONE_READ,
+            FilterPath::FilterKernel => crate::generated::PATH_FILTER_KERNEL,
+        };
+        RowParams { path, ..self }
+    }
+    /// The path the row asks for, as set by [`with_filter_path`](Self::with_filter_path).
+    pub fn filter_path(&self) -> FilterPath {
+        match self.path {
+            crate::generated::PATH_ONE_READ => FilterPath::OneRead,
+            crate::generated::PATH_FILTER_KERNEL => FilterPath::FilterKernel,
+            _ => FilterPath::Auto,
+        }
+    }
     /// Whether the row's filtered race hashes ranks: seeded, sampled, with a filter and
     /// [`SeededHash::SortedRank`].
     pub fn hashes_ranks(&self) -> bool {
@@ -224,35 +245,27 @@ impl RowParams {
     pub fn has_filters(&self) -> bool {
         self.filters().is_active()
     }
-    /// Whether the device backends sample this row of `vocab` logits on the one-read path, by
-    /// its parameters, as its kernels decide: a sampled (not greedy) row, of the Philox race or
-    /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of
-    /// top-p, min-p or a larger top-k without such a top-k (top-p joint with a larger top-k, or
-    /// with none). The first reads once where its `k + 1` largest tokens decide it; a min-p row
-    /// alone reads once where its parts' `ONE_READ_TOP_K + 1` largest each hold its set or,
-    /// unseeded, where its parts race it on chip (a flat row's: every key of a part within
-    /// `ln(min_p)` of its largest), plus one part read again where such a part's winner lies
-    /// outside the set; else twice (the cut's second read:
-    /// [`may_take_cut`](Self::may_take_cut)), and a row of top-p
-    /// or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)), unless it
-    /// [hashes ranks](Self::hashes_ranks), which the cut cannot give.
-    /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
-    /// reads, then the filter kernel's body).
-    /// A row of min-p first with both min-p and top-p takes the filter kernel's passes: the
-    /// path's merge measures top-p on the top-k mass, not on what min-p keeps of it.
+    /// Whether the device backends sample this row of `vocab` logits on the one-read path: the
+    /// kernels' own rule (`one_read_row` in `xtask/src/kernels/filter_top_k.rs`, lowered to Rust
+    /// as `generated::filter_route`), written once. A sampled row whose top-k is below
+    /// the vocabulary and at most [`ONE_READ_TOP_K`], in any order, reads once where its `k + 1`
+    /// largest tokens decide it. A row of top-p, min-p or a larger top-k without such a top-k
+    /// (joint) is *capped*: min-p alone reads once where the parts' lists or races hold its set
+    /// (twice through the cut otherwise: [`may_take_cut`](Self::may_take_cut)), and top-p or the
+    /// larger top-k read twice ([`takes_top_p_cut`](Self::takes_top_p_cut)), unless the row
+    /// [hashes ranks](Self::hashes_ranks), which the cut cannot give. The path does not take
+    /// top-p after a prefix (top-k first with a top-k above the cap, min-p first with min-p and
+    /// top-p), nor a row forced onto the filter kernels ([`FilterPath::FilterKernel`]): they take
+    /// the filter kernels' passes. A row the path takes but cannot decide reads once or twice
+    /// more than those passes (the path's reads, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
-        let f = self.filters();
-        let min_p_first = f.order == Order::MinPFirst && f.min_p > 0.0 && f.top_p < 1.0;
-        self.is_sampled()
-            && (self.one_read_top_k(vocab) || self.capped(vocab))
-            && !self.cut_unranked(vocab)
-            && !min_p_first
+        self.route(vocab)[0]
     }
     /// Whether the row [takes the one-read path](Self::takes_one_read) for its top-p or its
     /// top-k above [`ONE_READ_TOP_K`]: where the set ends is found from a histogram of the first
     /// read and a second read split over workgroups (a launch between the parts and the merge).
     pub fn takes_top_p_cut(&self, vocab: usize) -> bool {
-        self.is_sampled() && self.cuts(vocab) && !self.hashes_ranks()
+        self.route(vocab)[1]
     }
     /// Whether the row may take the top-p cut's launch: a row that
     /// [takes it](Self::takes_top_p_cut), or min-p alone unranked, which takes it where its
@@ -260,29 +273,20 @@ impl RowParams {
     /// it; an unseeded one's parts race it instead).
     /// A batch without such a row needs no cut launch.
     pub fn may_take_cut(&self, vocab: usize) -> bool {
-        self.is_sampled() && self.capped(vocab) && !self.hashes_ranks()
+        let [_, top_p, min_p] = self.route(vocab);
+        top_p || min_p
     }
-    /// A capped row of top-p or a top-k (not min-p alone): the cut's, by its filters.
-    fn cuts(&self, vocab: usize) -> bool {
-        let f = self.filters();
-        self.capped(vocab) && (f.top_p < 1.0 || f.top_k.is_some_and(|k| k < vocab))
+    /// [`crate::generated::filter_route`] of the record over `vocab` columns.
+    fn route(&self, vocab: usize) -> [bool; 3] {
+        let vocab = u32::try_from(vocab).unwrap_or(u32::MAX);
+        crate::generated::filter_route(bytemuck::cast_ref(self), vocab, one_read_parts(vocab as usize))
     }
-    /// A row the cut would take that hashes ranks: the filter kernel's body ranks its set.
-    fn cut_unranked(&self, vocab: usize) -> bool {
-        self.cuts(vocab) && self.hashes_ranks()
-    }
-    /// The row's top-k is below the vocabulary and at most [`ONE_READ_TOP_K`].
-    fn one_read_top_k(&self, vocab: usize) -> bool {
-        self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K)
-    }
-    /// Top-p, min-p or a top-k, without a top-k of at most [`ONE_READ_TOP_K`], and not top-p
-    /// after a prefix (which needs that prefix's mass).
-    fn capped(&self, vocab: usize) -> bool {
-        let f = self.filters();
-        let k = f.top_k.filter(|&k| k < vocab);
-        let after = f.top_p_after_a_prefix(vocab);
-        k.unwrap_or(vocab) > ONE_READ_TOP_K && !after && (f.top_p < 1.0 || f.min_p > 0.0 || k.is_some())
-    }
+}
+
+/// Parts per row of the one-read path: every part at most `TOP_K_PART_COLS` columns, so it fits
+/// the parts kernel's workgroup array.
+pub(crate) fn one_read_parts(vocab: usize) -> u32 {
+    vocab.div_ceil(crate::generated::TOP_K_PART_COLS).max(1) as u32
 }
 
 /// The top-k value of a row without top-k.
@@ -366,10 +370,28 @@ pub enum SeededHash {
     VocabId,
     /// The token's rank in its kept set (probability descending, ties to the lower index), as
     /// SGLang's sort-based filtered path (`top_k_top_p_min_p_sampling_from_probs_torch`) does,
-    /// with its log-probabilities: SGLang's token. Sets of up to [`RANK_CAP`] tokens are ranked;
-    /// a longer set's row is raced on the vocabulary id and gets the status
-    /// [`STATUS_UNRANKED`].
+    /// with its log-probabilities: SGLang's token, for a kept set of any length.
     SortedRank,
+}
+
+/// Which device path samples a filtered row ([`RowParams::with_filter_path`]). Every path gives
+/// the same token; forcing one is for tests, benchmarks and replaying an engine's dump
+/// (`--filter-path` on the command line). The CPU backend, the oracle, has one path. The third
+/// device path, the portable lowering for devices without float64, 64-bit integers or 32 KiB
+/// of workgroup memory, is a backend's, not a row's (`WgpuBackend::with_portable_filters`).
+/// docs/filters-design.md draws the paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FilterPath {
+    /// The routing's choice: the one-read path where it takes the row
+    /// ([`RowParams::takes_one_read`]), else the filter kernels.
+    #[default]
+    Auto,
+    /// The one-read path (`Sampler::step`): a row it cannot decide takes the filter kernel's
+    /// body inside its merge launch, the path's one fallback edge.
+    OneRead,
+    /// The filter kernels (the one-workgroup radix select, or its split over workgroups).
+    FilterKernel,
 }
 
 /// The order in which the filters apply.
@@ -423,15 +445,6 @@ impl Filters {
 /// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask;
 /// see [`RowParams::takes_one_read`]).
 pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;
-
-/// The longest kept set whose ranks [`SeededHash::SortedRank`] hashes (the kernels sort it in
-/// workgroup memory).
-pub const RANK_CAP: usize = crate::generated::RANK_CAP;
-
-/// A row's status (`Output::with_status`) where it hashes ranks but its kept set is longer than
-/// [`RANK_CAP`]: a valid token of the set, raced on the vocabulary id's noise, so not SGLang's.
-/// (1: a token was sampled; 0: the row had nothing to sample.)
-pub const STATUS_UNRANKED: u32 = crate::generated::STATUS_UNRANKED;
 
 /// Whose order and float32 arithmetic a row's stage follows (docs/logits-stage.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -81,6 +81,34 @@ fn samples_npy_and_safetensors() {
     });
 }
 
+/// `--filter-path` forces each path its `--help` names, and each gives the CPU's tokens: the
+/// shipped rows under top-p alone (which the routing gives the one-read path's cut), Qwen3's
+/// top-k 20 with top-p 0.95, and min-p first with top-p (which it gives the filter kernels).
+#[test]
+fn every_filter_path_gives_the_cpus_tokens() {
+    let help = cli(&["--help"]).stdout;
+    let names = ["auto", "one-read", "filter-kernel", "portable"];
+    assert!(names.iter().all(|n| help.contains(n)), "--help lists the paths: {help}");
+    let npy = data("logits_small.npy");
+    let settings: [&[&str]; 3] = [
+        &["--top-p", "0.9"],
+        &["--top-k", "20", "--top-p", "0.95"],
+        &["--min-p", "0.1", "--top-p", "0.8", "--order", "min-p-first"],
+    ];
+    common::on("wgpu", "cli_filter_paths", common::wgpu(), |_| {
+        for filters in settings {
+            let base = [&["--logits", &npy, "--temperature", "1.3", "--seed", "5"][..], filters].concat();
+            let want = tokens(&[&base[..], &["--backend", "cpu"]].concat());
+            for name in names {
+                let args = [&base[..], &["--backend", "wgpu", "--filter-path", name]].concat();
+                assert_eq!(tokens(&args), want, "{args:?}");
+            }
+        }
+    });
+    let run = cli(&["--logits", &npy, "--top-p", "0.9", "--backend", "cuda", "--filter-path", "portable"]);
+    assert!(!run.ok && run.stderr.contains("portable"), "{}", run.stderr);
+}
+
 /// A row's histogram from a `--draws` line: (token, count) for every token drawn.
 fn counts(line: &Value) -> Vec<(u64, u64)> {
     let bins = line["tokens"].as_array().unwrap().iter();

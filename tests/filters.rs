@@ -14,7 +14,7 @@ mod common;
 use common::{chi_square, total_variation, Rng};
 use sampling_kernels::reference::filters::{kept, kept_from_logits, passes, ONE_READ_TOP_K};
 use sampling_kernels::reference::softmax;
-use sampling_kernels::{Backend, Input, Logits, Output, RowMode, RowParams, Shape};
+use sampling_kernels::{Backend, FilterPath, Input, Logits, Output, RowMode, RowParams, Sampler, Shape};
 use sampling_kernels::{FilterOrder as Order, Filters};
 
 /// SEMANTICS.md per token: rank(j) counts the tokens ahead of j in (p desc, index asc); the mass
@@ -1327,6 +1327,117 @@ pub fn one_part_rows_merge_in_their_launch<B: Backend>(b: &B) {
     }
 }
 
+/// Every row forced onto each path gives the CPU oracle's token wherever its set is decided
+/// with margin, and the same token on every path on every row, near ties included (the paths
+/// share the kept set's order, masses and race). The paths are each row's own choice
+/// ([`FilterPath`]), through `Sampler::step` (each list its launches) and `sample_filtered`
+/// (every row on the one-read path's list, its merge's fallback taking the rest), so the
+/// forced one-read rows include those the path cannot decide, which take the fallback edge.
+pub fn every_path_gives_the_same_tokens<B: Backend>(b: &B) {
+    let paths = [FilterPath::Auto, FilterPath::OneRead, FilterPath::FilterKernel];
+    let (_, compared, near) = forced_paths_agree(b, &paths, |_| {});
+    eprintln!("{}: {compared} rows on {} paths, {near} near a boundary", b.describe(), paths.len());
+    // Each path is the one that ran, by its reads of a flat row (every token tied): top-p 0.9
+    // reads twice on the one-read path (the cut), and the filter kernels' every pass. Min-p
+    // first with top-p, which the routing gives the filter kernels, forced onto the one-read
+    // path leaves its parts unread and takes the same passes in the merge's fallback.
+    let top_p = RowParams::new(1.0, 3, 0).with_top_p(0.9);
+    let whole = passes(&top_p.filters(), FLAT_VOCAB);
+    assert_eq!(flat_reads(b, top_p), 2);
+    assert_eq!(flat_reads(b, top_p.with_filter_path(FilterPath::OneRead)), 2);
+    assert_eq!(flat_reads(b, top_p.with_filter_path(FilterPath::FilterKernel)), whole);
+    let min_p_first = top_p.with_min_p(0.5).with_order(Order::MinPFirst);
+    let whole = passes(&min_p_first.filters(), FLAT_VOCAB);
+    assert_eq!(flat_reads(b, min_p_first), whole);
+    assert_eq!(flat_reads(b, min_p_first.with_filter_path(FilterPath::OneRead)), whole);
+}
+
+/// The columns of [`flat_reads`]' row.
+const FLAT_VOCAB: usize = 5000;
+
+/// How many times `Sampler::step` on `b` reads a flat row of [`FLAT_VOCAB`] sampled as `row`.
+fn flat_reads<B: Backend>(b: &B, row: RowParams) -> u32 {
+    let shape = Shape::dense(1, FLAT_VOCAB);
+    let x = b.upload(&vec![0.25f32; FLAT_VOCAB]).unwrap();
+    let (mut token, mut count) = (b.zeros::<u32>(1).unwrap(), b.zeros::<u32>(1).unwrap());
+    let out = Output::new(&mut token).with_passes(&mut count);
+    Sampler::new(b, 1).unwrap().step(shape, Logits::F32(&x), &[row], out).unwrap();
+    b.download(&count).unwrap()[0]
+}
+
+/// The portable lowering, forced on a device that runs the full kernels: the tokens of the
+/// same rows without seeded ones, which it refuses.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_portable_path_gives_the_same_tokens() {
+    use sampling_kernels::WgpuBackend;
+    let made = crate::common::engine_wgpu(WgpuBackend::device_descriptor)
+        .map(|(full, _, _)| (full.with_portable_filters(true), WgpuBackend::new().unwrap()));
+    crate::common::on("wgpu", "portable_path_gives_the_same_tokens", made.as_ref().map(|(p, _)| p), |p| {
+        let full = &made.as_ref().unwrap().1;
+        let philox = |r: &mut RowParams| {
+            if r.mode() == RowMode::Seeded {
+                let f = r.filters();
+                let race = RowParams::new(r.temperature, r.seed(), r.offset())
+                    .with_top_k(f.top_k.map_or(u32::MAX, |k| k as u32));
+                *r = race.with_top_p(f.top_p as f32).with_min_p(f.min_p as f32).with_order(f.order);
+            }
+        };
+        // The portable kernel is the filter kernels' select: their passes on a flat row.
+        let top_p = RowParams::new(1.0, 3, 0).with_top_p(0.9);
+        assert_eq!(flat_reads(p, top_p), passes(&top_p.filters(), FLAT_VOCAB));
+        let (on_portable, ..) = forced_paths_agree(p, &[FilterPath::Auto], philox);
+        let (on_full, ..) = forced_paths_agree(full, &[FilterPath::Auto], philox);
+        assert_eq!(on_portable, on_full, "the portable kernel's tokens differ from the full kernels'");
+    });
+}
+
+/// The tokens of random batches (see [`random_batch`], each row changed by `change`) on each of
+/// `paths` on `b`: equal to one another on every row, and to the oracle's on every decided row.
+/// Returns the tokens, the rows compared and how many of them were near a boundary.
+fn forced_paths_agree<B: Backend>(
+    b: &B,
+    paths: &[FilterPath],
+    change: impl Fn(&mut RowParams),
+) -> (Vec<u32>, usize, usize) {
+    let mut rng = Rng::new(4040);
+    let (mut all, mut compared, mut near) = (vec![], 0, 0);
+    let shapes = [Shape::dense(64, 7), Shape::dense(48, 1000), Shape { batch: 24, vocab: 5000, stride: 5003 }];
+    for shape in shapes.into_iter().chain([Shape::dense(3, 151_936)]) {
+        let (x, mut rows) = random_batch(&mut rng, shape);
+        rows.iter_mut().for_each(&change);
+        let want = oracle_tokens(shape, &x, &rows);
+        let xb = b.upload(&x).unwrap();
+        let mut first: Option<Vec<u32>> = None;
+        for &path in paths {
+            let forced: Vec<RowParams> = rows.iter().map(|r| r.with_filter_path(path)).collect();
+            let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+            let mut sampler = Sampler::new(b, shape.batch).unwrap();
+            sampler.step(shape, Logits::F32(&xb), &forced, Output::new(&mut tokens)).unwrap();
+            let stepped = b.download(&tokens).unwrap();
+            let rb = b.upload(&forced).unwrap();
+            b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, Output::new(&mut tokens)).unwrap();
+            let listed = b.download(&tokens).unwrap();
+            for r in 0..shape.batch {
+                let what = format!("row {r} of {shape:?} on {path:?}: {:?}", rows[r]);
+                assert_eq!(stepped[r], listed[r], "step and sample_filtered differ, {what}");
+                let first = first.get_or_insert_with(|| stepped.clone());
+                assert_eq!(stepped[r], first[r], "{:?} and {path:?} differ, {what}", paths[0]);
+                let (_, sure) = oracle_set(&x, shape, r, &rows[r]);
+                if sure {
+                    assert_eq!(stepped[r], want[r], "the oracle's token differs, {what}");
+                }
+            }
+        }
+        all.extend(first.unwrap_or_default());
+        for r in 0..shape.batch {
+            compared += 1;
+            near += !oracle_set(&x, shape, r, &rows[r]).1 as usize;
+        }
+    }
+    (all, compared, near)
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_split_rows_match_whole_rows() {
@@ -1360,6 +1471,7 @@ device_suites!(
     one_part_rows_merge_in_their_launch,
     tied_rows_far_from_zero_match_the_oracle,
     signed_zeros_are_one_value,
-    rows_sample_alike_alone_and_in_a_batch
+    rows_sample_alike_alone_and_in_a_batch,
+    every_path_gives_the_same_tokens
 );
 suite!(cpu, crate::common::cpu, each_order_keeps_its_own_set, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -3,7 +3,7 @@
 //! `tests/data/sglang_filtered.*` (made by `tests/data/make_seeded_golden.py` from SGLang's
 //! formulas with numpy and `mmh3`, not from this crate's code), every routing (the one-read
 //! path's merge, the filter kernel's ranked race, `sample` and `Sampler::step`), tied and flat
-//! sets, and the bound past which a row is raced on the vocabulary id with `STATUS_UNRANKED`.
+//! sets, and sets longer than the kernels rank in one list.
 
 #[macro_use]
 mod common;
@@ -12,9 +12,10 @@ use common::Rng;
 use sampling_kernels::reference::filters::{clean_probs, kept, kept_from_logits, passes};
 use sampling_kernels::reference::race::{seeded_in, seeded_ranked_in};
 use sampling_kernels::reference::softmax::{sglang_logprobs, softmax, softmax_f32};
-use sampling_kernels::{
-    Backend, FilterOrder, Input, Logits, Output, RowParams, Sampler, SeededHash, Shape, RANK_CAP, STATUS_UNRANKED,
-};
+use sampling_kernels::{Backend, FilterOrder, Input, Logits, Output, RowParams, Sampler, SeededHash, Shape};
+
+/// The keys the kernels rank in one list; a longer set is ranked a list at a time.
+const LIST: usize = 4096;
 
 /// One vector: its row of the `.npy`, its record, and SGLang's token with rank hashing
 /// (`token`) and with the vocabulary id's (`id_token`, this crate's default hashing).
@@ -117,7 +118,7 @@ pub fn sglang_filtered_tokens<B: Backend>(b: &B) {
 /// Rows the vectors do not cover, against the oracle's plain sort (`seeded_ranked_in`): flat
 /// rows whose set is thousands of tied tokens (the winner found by its place among them), logits
 /// on a coarse grid (ties everywhere) and Zipf-like rows, each under top-p alone, top-k first
-/// past the one-read path's top-k with top-p, a set of exactly `RANK_CAP` tokens, and top-k with
+/// past the one-read path's top-k with top-p, a set of exactly [`LIST`] tokens, and top-k with
 /// min-p (the one-read path's merge); each row's reads within its filters' bound
 /// plus the two the ranked race adds. The oracle scores `ln p` in float64 where the kernels
 /// score `z - max` (the same up to the row's constant and an ulp of `p`), so a token may differ
@@ -134,7 +135,7 @@ pub fn ranked_rows_match_the_oracle<B: Backend>(b: &B) {
         let filters = [
             r(0).with_top_p(0.5),
             r(1).with_top_k(300).with_top_p(0.9).with_order(FilterOrder::TopKFirst),
-            r(2).with_top_k(RANK_CAP as u32),
+            r(2).with_top_k(LIST as u32),
             r(3).with_top_k(40).with_min_p(0.3),
         ];
         for row in filters {
@@ -157,7 +158,7 @@ pub fn ranked_rows_match_the_oracle<B: Backend>(b: &B) {
         let xs: Vec<f64> = logits[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
         let keep = kept_from_logits(&xs, row, &row.filters());
         let (probs, p32) = (softmax(&xs, row), softmax_f32(&xs, row));
-        let (token, valid, _) = seeded_ranked_in(&probs, &p32, row, |j| keep[j]).expect("a set within the bound");
+        let (token, valid, _) = seeded_ranked_in(&probs, &p32, row, |j| keep[j]);
         assert!(valid);
         let what = format!("row {i}, {:?}, {} kept", row.filters(), keep.iter().filter(|&&k| k).count());
         assert_eq!((t[i], st[i]), (token as u32, 1), "{what}");
@@ -190,30 +191,46 @@ fn min_gap(logits: &[f32], rows: &[RowParams], vocab: usize) -> f64 {
     least
 }
 
-/// A set one token longer than `RANK_CAP` (a flat row under top-k `RANK_CAP + 1`, and a row of
-/// probabilities under top-p) is raced on the vocabulary id with `STATUS_UNRANKED`: the token
-/// the default hashing gives, never SGLang's passed off as such.
-pub fn sets_past_the_cap_are_unranked<B: Backend>(b: &B) {
-    let vocab = RANK_CAP + 500;
-    let seeded = |seed: u64| RowParams::seeded(1.0, seed, 7).with_seeded_hash(SeededHash::SortedRank);
-    let rows = [seeded(1).with_top_k(RANK_CAP as u32 + 1), seeded(2).with_top_p(0.97)];
-    let logits = vec![0.25f32; 2 * vocab];
-    let (tokens, status) = filtered(b, Shape::dense(2, vocab), &logits, &rows, true);
-    let probs: Vec<f32> = (0..2 * vocab).map(|j| 1.0 / vocab as f32 + (j % 3) as f32 * 1e-9).collect();
-    let (p_tokens, p_status) = filtered(b, Shape::dense(2, vocab), &probs, &rows, false);
-    for (i, row) in rows.iter().enumerate() {
-        let xs: Vec<f64> = logits[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
-        let keep = kept_from_logits(&xs, row, &row.filters());
-        assert!(keep.iter().filter(|&&k| k).count() > RANK_CAP);
-        let (want, _, _) = seeded_in(&sglang_logprobs(&xs, row), row, |j| keep[j]);
-        assert_eq!((tokens[i], status[i]), (want as u32, STATUS_UNRANKED), "logits, row {i}");
-        let ps: Vec<f64> = probs[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
-        let keep = kept(&clean_probs(&ps), &row.filters());
-        assert!(keep.iter().filter(|&&k| k).count() > RANK_CAP);
-        let lp: Vec<f64> = ps.iter().map(|p| p.ln()).collect();
-        let (want, _, _) = seeded_in(&lp, row, |j| keep[j]);
-        assert_eq!((p_tokens[i], p_status[i]), (want as u32, STATUS_UNRANKED), "probabilities, row {i}");
+/// Sets longer than the kernels' list of 4096 keys, ranked a chunk at a time, against the
+/// oracle's plain sort: a flat row under top-k 4097 (one key of 4097 tokens, ranked without a
+/// list), probabilities on three values under top-p (lists of one key each), Zipf-like rows of
+/// 30000 under top-p 0.95 and min-p 0.001 at T 1.5 (many chunks of distinct values, their
+/// ranges found byte by byte), and a row whose 5000 tied tokens lie between distinct values
+/// (lists, a run, lists). Every token is SGLang's, status 1.
+pub fn long_sets_are_ranked<B: Backend>(b: &B) {
+    // The scores' near-ties, which would make a token depend on rounding, are checked from logits.
+    let ranked = |t: f32, seed: u64| RowParams::seeded(t, seed, 7).with_seeded_hash(SeededHash::SortedRank);
+    let check = |vocab: usize, values: &[f32], rows: &[RowParams], logits: bool| {
+        assert!(!logits || min_gap(values, rows, vocab) > 1e-6, "a near-tie of scores");
+        let (tokens, status) = filtered(b, Shape::dense(rows.len(), vocab), values, rows, logits);
+        for (i, row) in rows.iter().enumerate() {
+            let xs: Vec<f64> = values[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
+            let (keep, probs, p32) = if logits {
+                (kept_from_logits(&xs, row, &row.filters()), softmax(&xs, row), softmax_f32(&xs, row))
+            } else {
+                let p = clean_probs(&xs);
+                (kept(&p, &row.filters()), p.clone(), values[i * vocab..(i + 1) * vocab].to_vec())
+            };
+            let n = keep.iter().filter(|&&k| k).count();
+            assert!(n > LIST, "row {i}: {n} kept");
+            let (want, _, _) = seeded_ranked_in(&probs, &p32, row, |j| keep[j]);
+            assert_eq!((tokens[i], status[i]), (want as u32, 1), "row {i} of {n} kept, logits {logits}, {row:?}");
+        }
+    };
+    let vocab = 4596;
+    check(vocab, &vec![0.25f32; vocab], &[ranked(1.0, 1).with_top_k(4097)], true);
+    let probs: Vec<f32> = (0..vocab).map(|j| 1.0 / vocab as f32 + (j % 3) as f32 * 1e-9).collect();
+    check(vocab, &probs, &[ranked(1.0, 2).with_top_p(0.97)], false);
+    let (vocab, mut rng) = (30_000, Rng::new(20261207));
+    let mut logits = Vec::new();
+    for _ in 0..2 {
+        logits.extend((0..vocab).map(|j| -((j % 2999) as f32 + 1.0).ln() * 0.6 + rng.normal(0.5) as f32));
     }
+    let mut tied: Vec<f32> = (0..vocab).map(|_| rng.normal(1.0) as f32).collect();
+    tied[10_000..15_000].fill(0.0);
+    logits.extend(tied);
+    let rows = [ranked(1.5, 3).with_top_p(0.95), ranked(1.5, 4).with_min_p(0.001), ranked(1.0, 5).with_top_p(0.9)];
+    check(vocab, &logits, &rows, true);
 }
 
 /// A row that asks for rank hashing but has no filter is SGLang's unfiltered sampler: the noise
@@ -233,12 +250,7 @@ pub fn rows_without_filters_hash_ids<B: Backend>(b: &B) {
     }
 }
 
-every_suite!(
-    sglang_filtered_tokens,
-    ranked_rows_match_the_oracle,
-    sets_past_the_cap_are_unranked,
-    rows_without_filters_hash_ids
-);
+every_suite!(sglang_filtered_tokens, ranked_rows_match_the_oracle, long_sets_are_ranked, rows_without_filters_hash_ids);
 
 /// The vectors from logits one row at a time through `Sampler::step`, on a backend that splits
 /// filtered rows over workgroups where the batch is small (as GPUs do; lavapipe's adapter does

@@ -11,7 +11,7 @@ use sampling_kernels::reference::race::{race_scores, seeded_scores};
 use sampling_kernels::reference::softmax::{scaled_f32, sglang_logprobs, softmax};
 use sampling_kernels::{
     Backend, CpuBackend, Error, FilterOrder, Filters, Logits, Output, RowMode, RowParams, Sampler, SeededHash, Shape,
-    WgpuBackend, RANK_CAP, STATUS_UNRANKED,
+    WgpuBackend,
 };
 use std::sync::{Mutex, OnceLock};
 
@@ -293,11 +293,10 @@ fn same_refusal(a: &Error, b: &Error) -> bool {
 /// ([`near_ties`]): the device's set lies between them.
 /// The token must lie in the loose set, and no token of the tight set may beat it in the
 /// oracle's race scores by more than `NEAR` of their size. Greedy rows of the race compare the
-/// logits themselves, as the device does: no tolerance. A row that hashes ranks (a tight set
-/// within the rank cap) hashes each token's place in the set, which any change of the set or of
-/// its order moves: there the token need only lie in the loose set, and only where the set or
-/// the order of two of its tokens is within `NEAR`. The status must be the oracle's, but for a row that hashes ranks whose set
-/// could be either side of the rank cap.
+/// logits themselves, as the device does: no tolerance. A row that hashes ranks hashes each
+/// token's place in the set, which any change of the set or of its order moves: there the token
+/// need only lie in the loose set, and only where the set or the order of two of its tokens is
+/// within `NEAR`. The status must be the oracle's.
 fn explained(values: &[f64], row: &RowParams, got: (u32, u32), want: (u32, u32)) -> Result<(), String> {
     let p = softmax(values, row);
     let f = row.filters();
@@ -321,14 +320,12 @@ fn explained(values: &[f64], row: &RowParams, got: (u32, u32), want: (u32, u32))
     if row.mode() == RowMode::Race && !row.is_sampled() {
         return Err("a greedy row compares the values themselves, as the oracle does".into());
     }
-    if row.hashes_ranks() && tight.iter().filter(|&&k| k).count() <= RANK_CAP {
+    if row.hashes_ranks() {
         let ranked: Vec<usize> = order(&p).into_iter().filter(|&j| loose[j]).collect();
         // Two neighbours of distinct values within `NEAR`: float32 may order them either way,
         // equal float64 probabilities included (values 0 and 1e-38 at T 1e-6).
         let close = ranked.windows(2).any(|w| values[w[0]] != values[w[1]] && p[w[0]] - p[w[1]] <= NEAR * p[w[0]]);
-        let status_ok =
-            got.1 == want.1 || (!decided && [got.1, want.1].iter().all(|&s| s == 1 || s == STATUS_UNRANKED));
-        return match (decided && !close, status_ok) {
+        return match (decided && !close, got.1 == want.1) {
             (false, true) => Ok(()),
             (true, _) => Err("a row that hashes ranks, its set and order decided".into()),
             (false, false) => Err("status differs".into()),

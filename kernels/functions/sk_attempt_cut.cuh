@@ -98,8 +98,8 @@
             float tz_x = (((sk_bitcast<unsigned int>(sk_e219) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e219); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            const float sk_e220 = ((tov == (0.0f)) ? (0.0f) : tov); \
-            if ((((sk_bitcast<unsigned int>(sk_e220) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const unsigned int sk_e220 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e220 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 t_mine = (t_mine + 1u); \
             } \
         } \
@@ -111,8 +111,8 @@
             float tz_x = (((sk_bitcast<unsigned int>(sk_e221) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e221); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            const float sk_e222 = ((tov == (0.0f)) ? (0.0f) : tov); \
-            if ((((sk_bitcast<unsigned int>(sk_e222) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const unsigned int sk_e222 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e222 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
                         sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i); \

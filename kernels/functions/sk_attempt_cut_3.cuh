@@ -164,9 +164,9 @@
         const float sk_e189 = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
         float sk_z_x = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189); \
         float sk_z = (sk_z_x / temp); \
-        const float sk_e191 = (sk_z - cut_mx); \
-        const float sk_e190 = ((sk_e191 == (0.0f)) ? (0.0f) : sk_e191); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e190) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e190) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e191 = sk_bitcast<unsigned int>((sk_z - cut_mx)); \
+        const unsigned int sk_e190 = ((sk_e191 == 2147483648u) ? 0u : sk_e191); \
+        unsigned int sk_key = (sk_e190 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e190) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \

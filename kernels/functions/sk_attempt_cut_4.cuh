@@ -98,8 +98,8 @@
             float tz_x = sk_load_x((base + col)); \
             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f)); \
             float tov = tz; \
-            const float sk_e160 = ((tov == (0.0f)) ? (0.0f) : tov); \
-            if ((((sk_bitcast<unsigned int>(sk_e160) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
+            const unsigned int sk_e160 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e160 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
                 t_mine = (t_mine + 1u); \
             } \
         } \
@@ -110,8 +110,8 @@
             float tz_x = sk_load_x((base + col)); \
             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f)); \
             float tov = tz; \
-            const float sk_e161 = ((tov == (0.0f)) ? (0.0f) : tov); \
-            if ((((sk_bitcast<unsigned int>(sk_e161) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
+            const unsigned int sk_e161 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e161 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
                         sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \

@@ -177,8 +177,8 @@
         bool sk_valid = (sk_tok < vocab); \
         float sk_z_x = sk_load_x((base + (sk_valid ? sk_tok : 0u))); \
         float sk_z = (((sk_z_x > (0.0f)) && (sk_z_x < sk_bitcast<float>(2139095040u))) ? sk_z_x : (0.0f)); \
-        const float sk_e149 = ((sk_z == (0.0f)) ? (0.0f) : sk_z); \
-        unsigned int sk_key = (sk_bitcast<unsigned int>(sk_e149) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e149) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e149 = ((sk_bitcast<unsigned int>(sk_z) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(sk_z)); \
+        unsigned int sk_key = (sk_e149 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e149) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \

@@ -51,64 +51,64 @@
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
         float zx15 = (0.0f); \
         if ((li15 < n_cols)) { \
-            sk_read_step_36(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_42(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } else { \
-            sk_read_step_37(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } \
         { \
-            sk_read_step_34(zx0, temp, li0, n_cols, m); \
+            sk_read_step_40(zx0, temp, li0, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx1, temp, li1, n_cols, m); \
+            sk_read_step_40(zx1, temp, li1, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx2, temp, li2, n_cols, m); \
+            sk_read_step_40(zx2, temp, li2, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx3, temp, li3, n_cols, m); \
+            sk_read_step_40(zx3, temp, li3, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx4, temp, li4, n_cols, m); \
+            sk_read_step_40(zx4, temp, li4, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx5, temp, li5, n_cols, m); \
+            sk_read_step_40(zx5, temp, li5, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx6, temp, li6, n_cols, m); \
+            sk_read_step_40(zx6, temp, li6, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx7, temp, li7, n_cols, m); \
+            sk_read_step_40(zx7, temp, li7, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx8, temp, li8, n_cols, m); \
+            sk_read_step_40(zx8, temp, li8, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx9, temp, li9, n_cols, m); \
+            sk_read_step_40(zx9, temp, li9, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx10, temp, li10, n_cols, m); \
+            sk_read_step_40(zx10, temp, li10, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx11, temp, li11, n_cols, m); \
+            sk_read_step_40(zx11, temp, li11, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx12, temp, li12, n_cols, m); \
+            sk_read_step_40(zx12, temp, li12, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx13, temp, li13, n_cols, m); \
+            sk_read_step_40(zx13, temp, li13, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx14, temp, li14, n_cols, m); \
+            sk_read_step_40(zx14, temp, li14, n_cols, m); \
         } \
         { \
-            sk_read_step_34(zx15, temp, li15, n_cols, m); \
+            sk_read_step_40(zx15, temp, li15, n_cols, m); \
         } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
     __syncthreads(); \
-    const float sk_e125 = ((part_m == (0.0f)) ? (0.0f) : part_m); \
-    unsigned int top_key = (sk_bitcast<unsigned int>(sk_e125) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e125) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e125 = ((sk_bitcast<unsigned int>(part_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(part_m)); \
+    unsigned int top_key = (sk_e125 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e125) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
     for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
@@ -137,8 +137,8 @@
     if ((mr_row && ((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))))) { \
         /* built by kernels::filter_min_p::races */ \
         float mr_floor_v = ((part_m + sk_log(mp)) - ((0.0009765625f) + (fabsf(part_m) * (9.536743e-7f)))); \
-        const float sk_e126 = ((mr_floor_v == (0.0f)) ? (0.0f) : mr_floor_v); \
-        mr_band = (sk_bitcast<unsigned int>(sk_e126) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e126) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e126 = ((sk_bitcast<unsigned int>(mr_floor_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(mr_floor_v)); \
+        mr_band = (sk_e126 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e126) >> 31u)) | 2147483648u)); \
         unsigned int t_d = (top_key - mr_band); \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
         unsigned int t_near_bin = ((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u))); \

@@ -45,23 +45,23 @@
             zx3 = (sk_e20 ? sk_load_x(((base + col_lo) + (sk_e20 ? li3 : (n_cols - 1u)))) : (0.0f)); \
         } \
         { \
-            sk_read_step_38(zx0, li0, n_cols, m); \
+            sk_read_step_44(zx0, li0, n_cols, m); \
         } \
         { \
-            sk_read_step_38(zx1, li1, n_cols, m); \
+            sk_read_step_44(zx1, li1, n_cols, m); \
         } \
         { \
-            sk_read_step_38(zx2, li2, n_cols, m); \
+            sk_read_step_44(zx2, li2, n_cols, m); \
         } \
         { \
-            sk_read_step_38(zx3, li3, n_cols, m); \
+            sk_read_step_44(zx3, li3, n_cols, m); \
         } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
     __syncthreads(); \
-    const float sk_e25 = ((part_m == (0.0f)) ? (0.0f) : part_m); \
-    unsigned int top_key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e25 = ((sk_bitcast<unsigned int>(part_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(part_m)); \
+    unsigned int top_key = (sk_e25 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
     for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
@@ -90,8 +90,8 @@
     if ((mr_row && ((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))))) { \
         /* built by kernels::filter_min_p::races */ \
         float mr_floor_v = ((mp * part_m) * (0.99999905f)); \
-        const float sk_e26 = ((mr_floor_v == (0.0f)) ? (0.0f) : mr_floor_v); \
-        mr_band = (sk_bitcast<unsigned int>(sk_e26) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e26) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e26 = ((sk_bitcast<unsigned int>(mr_floor_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(mr_floor_v)); \
+        mr_band = (sk_e26 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e26) >> 31u)) | 2147483648u)); \
         unsigned int t_d = (top_key - mr_band); \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
         unsigned int t_near_bin = ((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u))); \

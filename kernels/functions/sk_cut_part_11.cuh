@@ -45,9 +45,9 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < (col_hi - col_lo))) { \
-                sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
             } \
             if ((li0 < (col_hi - col_lo))) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -106,17 +106,17 @@
     float part_w_below = (0.0f); \
     part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == part_mx) ? (1.0f) : (max_below_v / part_mx)))); \
     unsigned int part_min_above_not = 0u; \
-    const float sk_e79 = ((min_above == (0.0f)) ? (0.0f) : min_above); \
-    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e79) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+    const unsigned int sk_e79 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
+    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e79 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
     unsigned int part_min_range_not = 0u; \
-    const float sk_e80 = ((min_range == (0.0f)) ? (0.0f) : min_range); \
-    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e80) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+    const unsigned int sk_e80 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
+    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e80 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
     unsigned int part_max_range = 0u; \
-    const float sk_e81 = ((max_range_v == (0.0f)) ? (0.0f) : max_range_v); \
-    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e81) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e81) >> 31u)) | 2147483648u)))); \
+    const unsigned int sk_e81 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
+    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e81 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e81) >> 31u)) | 2147483648u)))); \
     unsigned int part_max_below = 0u; \
-    const float sk_e82 = ((max_below_v == (0.0f)) ? (0.0f) : max_below_v); \
-    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e82) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u)))); \
+    const unsigned int sk_e82 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
+    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e82 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u)))); \
     bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
     float part_best = (0.0f); \
     unsigned int part_best_i = 0u; \
@@ -176,21 +176,21 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
             } \
         } \

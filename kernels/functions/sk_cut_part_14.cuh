@@ -77,16 +77,16 @@
                     zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_69(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_81(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_69(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_81(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_69(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_81(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_69(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_81(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
         } else { \
@@ -103,17 +103,17 @@
         const float sk_e94 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e95))) + fabsf((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
         part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e94 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e94)))); \
         unsigned int part_min_above_not = 0u; \
-        const float sk_e96 = ((min_above == (0.0f)) ? (0.0f) : min_above); \
-        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e96) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e96 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
+        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e96 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
-        const float sk_e97 = ((min_range == (0.0f)) ? (0.0f) : min_range); \
-        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(sk_e97) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e97 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
+        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e97 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_max_range = 0u; \
-        const float sk_e98 = ((max_range_v == (0.0f)) ? (0.0f) : max_range_v); \
-        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e98) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e98) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e98 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
+        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e98 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e98) >> 31u)) | 2147483648u)))); \
         unsigned int part_max_below = 0u; \
-        const float sk_e99 = ((max_below_v == (0.0f)) ? (0.0f) : max_below_v); \
-        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(sk_e99) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e99) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e99 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
+        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e99 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e99) >> 31u)) | 2147483648u)))); \
         bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
         float part_best = (0.0f); \
         unsigned int part_best_i = 0u; \
@@ -212,16 +212,16 @@
                         zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113); \
                     } \
                     if ((li0 < (col_hi - col_lo))) { \
-                        sk_read_step_53(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_62(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li1 < (col_hi - col_lo))) { \
-                        sk_read_step_53(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_62(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li2 < (col_hi - col_lo))) { \
-                        sk_read_step_53(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_62(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li3 < (col_hi - col_lo))) { \
-                        sk_read_step_53(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_62(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                 } \
             } \

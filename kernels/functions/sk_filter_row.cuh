@@ -34,16 +34,16 @@
                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
             } \
             if ((li0 < sweep_n)) { \
-                sk_read_step_15(col_lo, li0, zx0, m); \
+                sk_read_step_17(col_lo, li0, zx0, m); \
             } \
             if ((li1 < sweep_n)) { \
-                sk_read_step_15(col_lo, li1, zx1, m); \
+                sk_read_step_17(col_lo, li1, zx1, m); \
             } \
             if ((li2 < sweep_n)) { \
-                sk_read_step_15(col_lo, li2, zx2, m); \
+                sk_read_step_17(col_lo, li2, zx2, m); \
             } \
             if ((li3 < sweep_n)) { \
-                sk_read_step_15(col_lo, li3, zx3, m); \
+                sk_read_step_17(col_lo, li3, zx3, m); \
             } \
         } \
     } \
@@ -107,16 +107,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_19(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                        sk_read_step_25(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_19(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                        sk_read_step_25(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_19(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                        sk_read_step_25(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_19(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                        sk_read_step_25(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                     } \
                 } \
             } \
@@ -132,8 +132,8 @@
                 float lx = sk_load_x((base + col)); \
                 float zv = lx; \
                 float ov = zv; \
-                const float sk_e6 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                unsigned int key = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
+                const unsigned int sk_e6 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                unsigned int key = (sk_e6 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
                 float wv = (0.0f); \
                 bool ok = false; \
                 unsigned long long mv = 0ull; \
@@ -154,8 +154,8 @@
                 float lx = sk_load_x((base + col)); \
                 float zv = lx; \
                 float ov = zv; \
-                const float sk_e7 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                unsigned int key = (sk_bitcast<unsigned int>(sk_e7) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
+                const unsigned int sk_e7 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                unsigned int key = (sk_e7 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
                 float wv = (0.0f); \
                 bool ok = false; \
                 unsigned long long mv = 0ull; \
@@ -246,7 +246,7 @@
                             unsigned int li3 = (c0 + 3u); \
                             float zx3 = (0.0f); \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                             } else { \
                                 /* built by kernels::filter_values::read_step */ \
                                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -255,16 +255,16 @@
                                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li0, zx0, s_key, mx, mine); \
+                                sk_read_step_14(col_lo, li0, zx0, s_key, mx, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li1, zx1, s_key, mx, mine); \
+                                sk_read_step_14(col_lo, li1, zx1, s_key, mx, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li2, zx2, s_key, mx, mine); \
+                                sk_read_step_14(col_lo, li2, zx2, s_key, mx, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_11(col_lo, li3, zx3, s_key, mx, mine); \
+                                sk_read_step_14(col_lo, li3, zx3, s_key, mx, mine); \
                             } \
                         } \
                     } \
@@ -294,7 +294,7 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -303,16 +303,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
+                    sk_read_step_27(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
+                    sk_read_step_27(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
+                    sk_read_step_27(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
+                    sk_read_step_27(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km); \
                 } \
             } \
         } \
@@ -338,7 +338,7 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -347,16 +347,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
+                    sk_read_step_28(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
+                    sk_read_step_28(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
+                    sk_read_step_28(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
+                    sk_read_step_28(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank); \
                 } \
             } \
         } \

@@ -29,21 +29,21 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_6(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_13(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_13(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_13(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_10(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
+                    sk_read_step_13(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \
@@ -60,8 +60,8 @@
             float lx = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            const float sk_e23 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e23) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e23 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e23 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -83,8 +83,8 @@
             float lx = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            const float sk_e25 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e25) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e25 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e25 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \

@@ -43,16 +43,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_25(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_25(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_25(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_19(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_25(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \
@@ -68,8 +68,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            const float sk_e6 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e6 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e6 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -90,8 +90,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            const float sk_e7 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e7) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e7 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e7 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e7) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \

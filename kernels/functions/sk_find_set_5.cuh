@@ -29,7 +29,7 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -38,16 +38,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_67(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_67(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_67(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_67(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \
@@ -63,8 +63,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            const float sk_e257 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e257) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e257) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e257 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e257 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e257) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -85,8 +85,8 @@
             float lx = sk_load_x((base + col)); \
             float zv = lx; \
             float ov = zv; \
-            const float sk_e258 = ((ov == (0.0f)) ? (0.0f) : ov); \
-            unsigned int key = (sk_bitcast<unsigned int>(sk_e258) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e258) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e258 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e258 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e258) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \

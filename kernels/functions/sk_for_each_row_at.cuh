@@ -55,16 +55,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_15(col_lo, li0, zx0, m); \
+                    sk_read_step_17(col_lo, li0, zx0, m); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_15(col_lo, li1, zx1, m); \
+                    sk_read_step_17(col_lo, li1, zx1, m); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_15(col_lo, li2, zx2, m); \
+                    sk_read_step_17(col_lo, li2, zx2, m); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_15(col_lo, li3, zx3, m); \
+                    sk_read_step_17(col_lo, li3, zx3, m); \
                 } \
             } \
         } \
@@ -129,7 +129,7 @@
                                 unsigned int li3 = (c0 + 3u); \
                                 float zx3 = (0.0f); \
                                 if ((li3 < sweep_n)) { \
-                                    sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                    sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                                 } else { \
                                     /* built by kernels::filter_values::read_step */ \
                                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -138,16 +138,16 @@
                                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                                 } \
                                 if ((li0 < sweep_n)) { \
-                                    sk_read_step_11(col_lo, li0, zx0, s_key, mx, mine); \
+                                    sk_read_step_14(col_lo, li0, zx0, s_key, mx, mine); \
                                 } \
                                 if ((li1 < sweep_n)) { \
-                                    sk_read_step_11(col_lo, li1, zx1, s_key, mx, mine); \
+                                    sk_read_step_14(col_lo, li1, zx1, s_key, mx, mine); \
                                 } \
                                 if ((li2 < sweep_n)) { \
-                                    sk_read_step_11(col_lo, li2, zx2, s_key, mx, mine); \
+                                    sk_read_step_14(col_lo, li2, zx2, s_key, mx, mine); \
                                 } \
                                 if ((li3 < sweep_n)) { \
-                                    sk_read_step_11(col_lo, li3, zx3, s_key, mx, mine); \
+                                    sk_read_step_14(col_lo, li3, zx3, s_key, mx, mine); \
                                 } \
                             } \
                         } \
@@ -159,11 +159,10 @@
             tie_start = ties_before; \
         } \
         bool rank_done = false; \
-        bool rank_over = false; \
         unsigned int rank_col = 4294967295u; \
         const unsigned int sk_e24 = (row * 12u); \
         if ((((rows[(sk_e24 + 1u)] == 1u) && (rows[(sk_e24 + 6u)] == 1u)) && filtered)) { \
-            sk_race_2(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
+            sk_race_2(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done); \
         } \
         bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
         float best = sk_bitcast<float>(4286578688u); \
@@ -191,7 +190,7 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
                             /* built by kernels::filter_values::read_step */ \
                             zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -200,16 +199,16 @@
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                            sk_read_step_23(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                            sk_read_step_23(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                            sk_read_step_23(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                            sk_read_step_23(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                         } \
                     } \
                 } \
@@ -239,7 +238,7 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
                             /* built by kernels::filter_values::read_step */ \
                             zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -256,8 +255,8 @@
                             unsigned int col = (col_lo + li0); \
                             float zv = zx0; \
                             float ov = zv; \
-                            const float sk_e47 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                            unsigned int key = (sk_bitcast<unsigned int>(sk_e47) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e47) >> 31u)) | 2147483648u)); \
+                            const unsigned int sk_e65 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                            unsigned int key = (sk_e65 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e65) >> 31u)) | 2147483648u)); \
                             float wv = (0.0f); \
                             bool ok = false; \
                             unsigned long long mv = 0ull; \
@@ -280,8 +279,8 @@
                             unsigned int col = (col_lo + li1); \
                             float zv = zx1; \
                             float ov = zv; \
-                            const float sk_e48 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                            unsigned int key = (sk_bitcast<unsigned int>(sk_e48) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e48) >> 31u)) | 2147483648u)); \
+                            const unsigned int sk_e66 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                            unsigned int key = (sk_e66 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e66) >> 31u)) | 2147483648u)); \
                             float wv = (0.0f); \
                             bool ok = false; \
                             unsigned long long mv = 0ull; \
@@ -304,8 +303,8 @@
                             unsigned int col = (col_lo + li2); \
                             float zv = zx2; \
                             float ov = zv; \
-                            const float sk_e49 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                            unsigned int key = (sk_bitcast<unsigned int>(sk_e49) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e49) >> 31u)) | 2147483648u)); \
+                            const unsigned int sk_e67 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                            unsigned int key = (sk_e67 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e67) >> 31u)) | 2147483648u)); \
                             float wv = (0.0f); \
                             bool ok = false; \
                             unsigned long long mv = 0ull; \
@@ -328,8 +327,8 @@
                             unsigned int col = (col_lo + li3); \
                             float zv = zx3; \
                             float ov = zv; \
-                            const float sk_e50 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                            unsigned int key = (sk_bitcast<unsigned int>(sk_e50) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e50) >> 31u)) | 2147483648u)); \
+                            const unsigned int sk_e68 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                            unsigned int key = (sk_e68 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e68) >> 31u)) | 2147483648u)); \
                             float wv = (0.0f); \
                             bool ok = false; \
                             unsigned long long mv = 0ull; \
@@ -363,17 +362,17 @@
         bool valid = (tok < vocab); \
         unsigned int tok_at = (valid ? tok : 0u); \
         if ((threadIdx.x == 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             tokens[row] = (valid ? tok : 0u); \
             if (((flags & 2u) != 0u)) { \
-                status[row] = (valid ? (rank_over ? 2u : 1u) : 0u); \
+                status[row] = (valid ? 1u : 0u); \
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             if ((threadIdx.x == 0u)) { \
-                const float sk_e51 = sk_load_x((base + tok_at)); \
-                logprobs[row] = (valid ? ((sk_e51 > (0.0f)) ? sk_log(sk_e51) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+                const float sk_e69 = sk_load_x((base + tok_at)); \
+                logprobs[row] = (valid ? ((sk_e69 > (0.0f)) ? sk_log(sk_e69) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
             } \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

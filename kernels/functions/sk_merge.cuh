@@ -87,21 +87,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_48(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_54(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_56(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_58(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_58(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_58(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_50(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_58(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \
@@ -122,14 +122,14 @@
         bool ow_valid = (ow_tok < vocab); \
         unsigned int ow_at = (ow_valid ? ow_tok : 0u); \
         if ((threadIdx.x == 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             tokens[row] = (ow_valid ? ow_tok : 0u); \
             if (((flags & 2u) != 0u)) { \
                 status[row] = (ow_valid ? 1u : 0u); \
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            sk_write_results_as(base, ow_at, temp, row, ow_valid, row_m, row_s); \
+            sk_write_results(base, ow_at, temp, row, ow_valid, row_m, row_s); \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \
             /* built by kernels::filter_top_k::finish_race */ \

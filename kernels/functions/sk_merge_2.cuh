@@ -80,21 +80,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_62(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_73(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_62(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_73(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_62(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_73(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_62(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_73(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \
@@ -115,14 +115,14 @@
         bool ow_valid = (ow_tok < vocab); \
         unsigned int ow_at = (ow_valid ? ow_tok : 0u); \
         if ((threadIdx.x == 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             tokens[row] = (ow_valid ? ow_tok : 0u); \
             if (((flags & 2u) != 0u)) { \
                 status[row] = (ow_valid ? 1u : 0u); \
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            sk_write_results_as_2(base, ow_at, row, ow_valid); \
+            sk_write_results_2(base, ow_at, row, ow_valid); \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \
             /* built by kernels::filter_top_k::finish_race */ \

@@ -58,14 +58,14 @@
         } \
         bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u))); \
         if ((threadIdx.x == 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             tokens[row] = (valid ? tok : 0u); \
             if (((flags & 2u) != 0u)) { \
                 status[row] = (valid ? 1u : 0u); \
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             float row_max = (0.0f); \
             row_max = sk_block_max_f32(m); \
             float row_sum = (0.0f); \

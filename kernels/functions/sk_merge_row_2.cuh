@@ -5,8 +5,8 @@
     /* built by kernels::filter_top_k::merge_row */ \
     unsigned int want = (kc + 1u); \
     unsigned int n_items = (parts * want); \
-    const float sk_e272 = ((row_m == (0.0f)) ? (0.0f) : row_m); \
-    unsigned int t_top = (sk_bitcast<unsigned int>(sk_e272) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e272) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e272 = ((sk_bitcast<unsigned int>(row_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(row_m)); \
+    unsigned int t_top = (sk_e272 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e272) >> 31u)) | 2147483648u)); \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
         select_scratch[i] = 0u; \
@@ -248,14 +248,14 @@
         bool ow_valid = (ow_tok < vocab); \
         unsigned int ow_at = (ow_valid ? ow_tok : 0u); \
         if ((threadIdx.x == 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
+            /* built by kernels::abi::write_results */ \
             tokens[row] = (ow_valid ? ow_tok : 0u); \
             if (((flags & 2u) != 0u)) { \
                 status[row] = (ow_valid ? 1u : 0u); \
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            sk_write_results_as(base, ow_at, temp, row, ow_valid, row_m, row_s); \
+            sk_write_results(base, ow_at, temp, row, ow_valid, row_m, row_s); \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \
             /* built by kernels::filter_top_k::finish_race */ \

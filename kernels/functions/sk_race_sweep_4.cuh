@@ -6,8 +6,8 @@
     double s64 = sk_log64(((double)zv)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e291 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e291 + 8u)], rows[(sk_e291 + 9u)], rows[(sk_e291 + 10u)], col))); \
+        const unsigned int sk_e309 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e309 + 8u)], rows[(sk_e309 + 9u)], rows[(sk_e309 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \

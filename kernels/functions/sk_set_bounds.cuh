@@ -43,21 +43,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_27(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                        sk_read_step_33(col_lo, li0, zx0, temp, mx, s_key, mine); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_27(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                        sk_read_step_33(col_lo, li1, zx1, temp, mx, s_key, mine); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_27(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                        sk_read_step_33(col_lo, li2, zx2, temp, mx, s_key, mine); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_27(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                        sk_read_step_33(col_lo, li3, zx3, temp, mx, s_key, mine); \
                     } \
                 } \
             } \
@@ -92,21 +92,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_30(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_36(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_30(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_36(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_30(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_36(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_30(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_36(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -136,9 +136,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_29(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
@@ -149,8 +149,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = (zx0 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e82 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e82) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e82 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e82 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e82) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -174,8 +174,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = (zx1 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e84 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e84) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e84) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e84 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e84 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e84) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -199,8 +199,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = (zx2 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e86 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e86) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e86) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e86 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e86 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e86) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -224,8 +224,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = (zx3 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e88 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e88) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e88) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e88 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e88 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e88) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \

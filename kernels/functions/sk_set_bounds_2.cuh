@@ -57,16 +57,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_32(col_lo, li0, zx0, s_key, mx, mine); \
+                        sk_read_step_38(col_lo, li0, zx0, s_key, mx, mine); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_32(col_lo, li1, zx1, s_key, mx, mine); \
+                        sk_read_step_38(col_lo, li1, zx1, s_key, mx, mine); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_32(col_lo, li2, zx2, s_key, mx, mine); \
+                        sk_read_step_38(col_lo, li2, zx2, s_key, mx, mine); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_32(col_lo, li3, zx3, s_key, mx, mine); \
+                        sk_read_step_38(col_lo, li3, zx3, s_key, mx, mine); \
                     } \
                 } \
             } \
@@ -115,16 +115,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_33(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_33(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_33(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_33(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -176,8 +176,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = zx0; \
                         float ov = zv; \
-                        const float sk_e42 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e42) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e42) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e42 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e42 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e42) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -200,8 +200,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = zx1; \
                         float ov = zv; \
-                        const float sk_e43 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e43) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e43) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e43 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e43 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e43) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -224,8 +224,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = zx2; \
                         float ov = zv; \
-                        const float sk_e44 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e44) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e44) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e44 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e44 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e44) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -248,8 +248,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = zx3; \
                         float ov = zv; \
-                        const float sk_e45 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e45) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e45) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e45 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e45 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e45) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \

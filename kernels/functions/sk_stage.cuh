@@ -79,19 +79,19 @@
                     const float sk_e36 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
                     zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
                 } else { \
-                    sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_26(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_32(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_26(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_32(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_26(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_32(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_26(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_32(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
             } \
         } \
@@ -225,14 +225,14 @@
                 bool valid = (tok < vocab); \
                 unsigned int tok_at = (valid ? tok : 0u); \
                 if ((threadIdx.x == 0u)) { \
-                    /* built by kernels::abi::write_results_as */ \
+                    /* built by kernels::abi::write_results */ \
                     tokens[row] = (valid ? tok : 0u); \
                     if (((flags & 2u) != 0u)) { \
                         status[row] = (valid ? 1u : 0u); \
                     } \
                 } \
                 if (((flags & 1u) != 0u)) { \
-                    /* built by kernels::abi::write_results_as */ \
+                    /* built by kernels::abi::write_results */ \
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
                     if ((threadIdx.x == 0u)) { \
                         const float sk_e93 = sk_load_x((base + tok_at)); \

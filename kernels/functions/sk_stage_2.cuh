@@ -82,16 +82,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_31(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_37(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_31(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_37(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_31(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_37(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_31(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_37(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
             } \
         } \
@@ -225,14 +225,14 @@
                 bool valid = (tok < vocab); \
                 unsigned int tok_at = (valid ? tok : 0u); \
                 if ((threadIdx.x == 0u)) { \
-                    /* built by kernels::abi::write_results_as */ \
+                    /* built by kernels::abi::write_results */ \
                     tokens[row] = (valid ? tok : 0u); \
                     if (((flags & 2u) != 0u)) { \
                         status[row] = (valid ? 1u : 0u); \
                     } \
                 } \
                 if (((flags & 1u) != 0u)) { \
-                    /* built by kernels::abi::write_results_as */ \
+                    /* built by kernels::abi::write_results */ \
                     if ((threadIdx.x == 0u)) { \
                         const float sk_e49 = sk_load_x((base + tok_at)); \
                         logprobs[row] = (valid ? ((sk_e49 > (0.0f)) ? sk_log(sk_e49) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \

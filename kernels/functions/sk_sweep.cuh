@@ -21,9 +21,9 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_48(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_54(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
             } \
             if ((li0 < sweep_n)) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -108,21 +108,21 @@
                             unsigned int li3 = (c0 + 3u); \
                             float zx3 = (0.0f); \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_53(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                             } else { \
-                                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                                sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_43(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                                sk_read_step_47(col_lo, li0, zx0, temp, mx, s_key, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_43(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                                sk_read_step_47(col_lo, li1, zx1, temp, mx, s_key, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_43(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                                sk_read_step_47(col_lo, li2, zx2, temp, mx, s_key, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_43(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                                sk_read_step_47(col_lo, li3, zx3, temp, mx, s_key, mine); \
                             } \
                         } \
                     } \
@@ -134,11 +134,10 @@
         tie_start = ties_before; \
     } \
     bool rank_done = false; \
-    bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
     const unsigned int sk_e445 = (row * 12u); \
     if ((((rows[(sk_e445 + 1u)] == 1u) && (rows[(sk_e445 + 6u)] == 1u)) && filtered)) { \
-        sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
+        sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
     float best = sk_bitcast<float>(4286578688u); \
@@ -166,21 +165,21 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_53(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_60(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_60(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_60(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_51(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_60(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -210,9 +209,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_42(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_53(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
@@ -223,8 +222,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = (zx0 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e508 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e508) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e508) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e558 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e558 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e558) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -234,8 +233,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e509 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e509 : (zv + sk_e509)) : zv); \
+                            const float sk_e559 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e559 : (zv + sk_e559)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -248,8 +247,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = (zx1 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e510 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e510) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e510) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e560 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e560 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e560) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -259,8 +258,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e511 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e511 : (zv + sk_e511)) : zv); \
+                            const float sk_e561 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e561 : (zv + sk_e561)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -273,8 +272,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = (zx2 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e512 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e512) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e512) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e562 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e562 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e562) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -284,8 +283,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e513 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e513 : (zv + sk_e513)) : zv); \
+                            const float sk_e563 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e563 : (zv + sk_e563)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -298,8 +297,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = (zx3 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const float sk_e514 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e514) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e514) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e564 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e564 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e564) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -309,8 +308,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e515 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e515 : (zv + sk_e515)) : zv); \
+                            const float sk_e565 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e565 : (zv + sk_e565)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -334,18 +333,18 @@
     bool valid = (tok < vocab); \
     unsigned int tok_at = (valid ? tok : 0u); \
     if ((threadIdx.x == 0u)) { \
-        /* built by kernels::abi::write_results_as */ \
+        /* built by kernels::abi::write_results */ \
         tokens[row] = (valid ? tok : 0u); \
         if (((flags & 2u) != 0u)) { \
-            status[row] = (valid ? (rank_over ? 2u : 1u) : 0u); \
+            status[row] = (valid ? 1u : 0u); \
         } \
     } \
     if (((flags & 1u) != 0u)) { \
-        /* built by kernels::abi::write_results_as */ \
+        /* built by kernels::abi::write_results */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e516 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e516) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e516) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e566 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e566) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e566) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

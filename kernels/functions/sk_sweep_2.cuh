@@ -21,7 +21,7 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_65(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
                 /* built by kernels::filter_values::read_step */ \
                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -30,16 +30,16 @@
                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
             } \
             if ((li0 < sweep_n)) { \
-                sk_read_step_15(col_lo, li0, zx0, m); \
+                sk_read_step_17(col_lo, li0, zx0, m); \
             } \
             if ((li1 < sweep_n)) { \
-                sk_read_step_15(col_lo, li1, zx1, m); \
+                sk_read_step_17(col_lo, li1, zx1, m); \
             } \
             if ((li2 < sweep_n)) { \
-                sk_read_step_15(col_lo, li2, zx2, m); \
+                sk_read_step_17(col_lo, li2, zx2, m); \
             } \
             if ((li3 < sweep_n)) { \
-                sk_read_step_15(col_lo, li3, zx3, m); \
+                sk_read_step_17(col_lo, li3, zx3, m); \
             } \
         } \
     } \
@@ -104,7 +104,7 @@
                             unsigned int li3 = (c0 + 3u); \
                             float zx3 = (0.0f); \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                                sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                             } else { \
                                 /* built by kernels::filter_values::read_step */ \
                                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -113,16 +113,16 @@
                                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_58(col_lo, li0, zx0, s_key, mx, mine); \
+                                sk_read_step_67(col_lo, li0, zx0, s_key, mx, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_58(col_lo, li1, zx1, s_key, mx, mine); \
+                                sk_read_step_67(col_lo, li1, zx1, s_key, mx, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_58(col_lo, li2, zx2, s_key, mx, mine); \
+                                sk_read_step_67(col_lo, li2, zx2, s_key, mx, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_58(col_lo, li3, zx3, s_key, mx, mine); \
+                                sk_read_step_67(col_lo, li3, zx3, s_key, mx, mine); \
                             } \
                         } \
                     } \
@@ -134,11 +134,10 @@
         tie_start = ties_before; \
     } \
     bool rank_done = false; \
-    bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
     const unsigned int sk_e275 = (row * 12u); \
     if ((((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u)) && filtered)) { \
-        sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
+        sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
     float best = sk_bitcast<float>(4286578688u); \
@@ -166,7 +165,7 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
                         /* built by kernels::filter_values::read_step */ \
                         zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -175,16 +174,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_63(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_75(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_63(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_75(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_63(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_75(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_63(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_75(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -214,7 +213,7 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_14(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_18(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
                         /* built by kernels::filter_values::read_step */ \
                         zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -231,8 +230,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = zx0; \
                         float ov = zv; \
-                        const float sk_e298 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e298) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e298) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e316 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e316 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e316) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -255,8 +254,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = zx1; \
                         float ov = zv; \
-                        const float sk_e299 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e299) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e299) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e317 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e317 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e317) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -279,8 +278,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = zx2; \
                         float ov = zv; \
-                        const float sk_e300 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e300) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e300) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e318 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e318 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e318) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -303,8 +302,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = zx3; \
                         float ov = zv; \
-                        const float sk_e301 = ((ov == (0.0f)) ? (0.0f) : ov); \
-                        unsigned int key = (sk_bitcast<unsigned int>(sk_e301) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e301) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e319 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e319 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e319) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -338,17 +337,17 @@
     bool valid = (tok < vocab); \
     unsigned int tok_at = (valid ? tok : 0u); \
     if ((threadIdx.x == 0u)) { \
-        /* built by kernels::abi::write_results_as */ \
+        /* built by kernels::abi::write_results */ \
         tokens[row] = (valid ? tok : 0u); \
         if (((flags & 2u) != 0u)) { \
-            status[row] = (valid ? (rank_over ? 2u : 1u) : 0u); \
+            status[row] = (valid ? 1u : 0u); \
         } \
     } \
     if (((flags & 1u) != 0u)) { \
-        /* built by kernels::abi::write_results_as */ \
+        /* built by kernels::abi::write_results */ \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e302 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? ((sk_e302 > (0.0f)) ? sk_log(sk_e302) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e320 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? ((sk_e320 > (0.0f)) ? sk_log(sk_e320) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -107,8 +107,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = sk_load_x((base + col));
             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
             var tov: f32 = tz;
-            let sk_e160: f32 = select(tov, (0.0f), (tov == (0.0f)));
-            if ((((bitcast<u32>(sk_e160) ^ (bitcast<u32>((bitcast<i32>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+            let sk_e160: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e160 ^ (bitcast<u32>((bitcast<i32>(sk_e160) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                 t_mine = (t_mine + 1u);
             }
         }
@@ -119,8 +119,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = sk_load_x((base + col));
             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
             var tov: f32 = tz;
-            let sk_e161: f32 = select(tov, (0.0f), (tov == (0.0f)));
-            if ((((bitcast<u32>(sk_e161) ^ (bitcast<u32>((bitcast<i32>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+            let sk_e161: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e161 ^ (bitcast<u32>((bitcast<i32>(sk_e161) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
                         sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);

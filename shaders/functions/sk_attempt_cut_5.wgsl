@@ -189,8 +189,8 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
         var sk_valid: bool = (sk_tok < params.vocab);
         var sk_z_x: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
         var sk_z: f32 = select((0.0f), sk_z_x, ((sk_z_x > (0.0f)) && (sk_z_x < bitcast<f32>(2139095040u))));
-        let sk_e149: f32 = select(sk_z, (0.0f), (sk_z == (0.0f)));
-        var sk_key: u32 = (bitcast<u32>(sk_e149) ^ (bitcast<u32>((bitcast<i32>(sk_e149) >> 31u)) | 2147483648u));
+        let sk_e149: u32 = select(bitcast<u32>(sk_z), 0u, (bitcast<u32>(sk_z) == 2147483648u));
+        var sk_key: u32 = (sk_e149 ^ (bitcast<u32>((bitcast<i32>(sk_e149) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

@@ -107,8 +107,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = select(sk_e219, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e219) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            let sk_e220: f32 = select(tov, (0.0f), (tov == (0.0f)));
-            if ((((bitcast<u32>(sk_e220) ^ (bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e220: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e220 ^ (bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 t_mine = (t_mine + 1u);
             }
         }
@@ -120,8 +120,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             var tz_x: f32 = select(sk_e221, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e221) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            let sk_e222: f32 = select(tov, (0.0f), (tov == (0.0f)));
-            if ((((bitcast<u32>(sk_e222) ^ (bitcast<u32>((bitcast<i32>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e222: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e222 ^ (bitcast<u32>((bitcast<i32>(sk_e222) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
                         if (cut_seeded) {

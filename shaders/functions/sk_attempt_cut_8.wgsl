@@ -197,9 +197,9 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         let sk_e208: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
         var sk_z_x: f32 = select(sk_e208, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e208) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e210: f32 = (sk_z - cut_mx);
-        let sk_e209: f32 = select(sk_e210, (0.0f), (sk_e210 == (0.0f)));
-        var sk_key: u32 = (bitcast<u32>(sk_e209) ^ (bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) | 2147483648u));
+        let sk_e210: u32 = bitcast<u32>((sk_z - cut_mx));
+        let sk_e209: u32 = select(sk_e210, 0u, (sk_e210 == 2147483648u));
+        var sk_key: u32 = (sk_e209 ^ (bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

@@ -183,9 +183,9 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         let sk_e189: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
         var sk_z_x: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e191: f32 = (sk_z - cut_mx);
-        let sk_e190: f32 = select(sk_e191, (0.0f), (sk_e191 == (0.0f)));
-        var sk_key: u32 = (bitcast<u32>(sk_e190) ^ (bitcast<u32>((bitcast<i32>(sk_e190) >> 31u)) | 2147483648u));
+        let sk_e191: u32 = bitcast<u32>((sk_z - cut_mx));
+        let sk_e190: u32 = select(sk_e191, 0u, (sk_e191 == 2147483648u));
+        var sk_key: u32 = (sk_e190 ^ (bitcast<u32>((bitcast<i32>(sk_e190) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

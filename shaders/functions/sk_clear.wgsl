@@ -51,64 +51,64 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var li15: u32 = (i0 + (BLOCK * 15u));
         var zx15: f32 = (0.0f);
         if ((li15 < n_cols)) {
-            sk_read_step_36(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_42(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         } else {
-            sk_read_step_37(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         }
         {
-            sk_read_step_34(zx0, temp, li0, n_cols, &m);
+            sk_read_step_40(zx0, temp, li0, n_cols, &m);
         }
         {
-            sk_read_step_34(zx1, temp, li1, n_cols, &m);
+            sk_read_step_40(zx1, temp, li1, n_cols, &m);
         }
         {
-            sk_read_step_34(zx2, temp, li2, n_cols, &m);
+            sk_read_step_40(zx2, temp, li2, n_cols, &m);
         }
         {
-            sk_read_step_34(zx3, temp, li3, n_cols, &m);
+            sk_read_step_40(zx3, temp, li3, n_cols, &m);
         }
         {
-            sk_read_step_34(zx4, temp, li4, n_cols, &m);
+            sk_read_step_40(zx4, temp, li4, n_cols, &m);
         }
         {
-            sk_read_step_34(zx5, temp, li5, n_cols, &m);
+            sk_read_step_40(zx5, temp, li5, n_cols, &m);
         }
         {
-            sk_read_step_34(zx6, temp, li6, n_cols, &m);
+            sk_read_step_40(zx6, temp, li6, n_cols, &m);
         }
         {
-            sk_read_step_34(zx7, temp, li7, n_cols, &m);
+            sk_read_step_40(zx7, temp, li7, n_cols, &m);
         }
         {
-            sk_read_step_34(zx8, temp, li8, n_cols, &m);
+            sk_read_step_40(zx8, temp, li8, n_cols, &m);
         }
         {
-            sk_read_step_34(zx9, temp, li9, n_cols, &m);
+            sk_read_step_40(zx9, temp, li9, n_cols, &m);
         }
         {
-            sk_read_step_34(zx10, temp, li10, n_cols, &m);
+            sk_read_step_40(zx10, temp, li10, n_cols, &m);
         }
         {
-            sk_read_step_34(zx11, temp, li11, n_cols, &m);
+            sk_read_step_40(zx11, temp, li11, n_cols, &m);
         }
         {
-            sk_read_step_34(zx12, temp, li12, n_cols, &m);
+            sk_read_step_40(zx12, temp, li12, n_cols, &m);
         }
         {
-            sk_read_step_34(zx13, temp, li13, n_cols, &m);
+            sk_read_step_40(zx13, temp, li13, n_cols, &m);
         }
         {
-            sk_read_step_34(zx14, temp, li14, n_cols, &m);
+            sk_read_step_40(zx14, temp, li14, n_cols, &m);
         }
         {
-            sk_read_step_34(zx15, temp, li15, n_cols, &m);
+            sk_read_step_40(zx15, temp, li15, n_cols, &m);
         }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
     workgroupBarrier();
-    let sk_e125: f32 = select(part_m, (0.0f), (part_m == (0.0f)));
-    var top_key: u32 = (bitcast<u32>(sk_e125) ^ (bitcast<u32>((bitcast<i32>(sk_e125) >> 31u)) | 2147483648u));
+    let sk_e125: u32 = select(bitcast<u32>(part_m), 0u, (bitcast<u32>(part_m) == 2147483648u));
+    var top_key: u32 = (sk_e125 ^ (bitcast<u32>((bitcast<i32>(sk_e125) >> 31u)) | 2147483648u));
     var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
     var s: f32 = (0.0f);
     for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
@@ -137,8 +137,8 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
     if ((mr_row && ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))))) {
         // built by kernels::filter_min_p::races
         var mr_floor_v: f32 = ((part_m + sk_log(mp)) - ((0.0009765625f) + (abs(part_m) * (9.536743e-7f))));
-        let sk_e126: f32 = select(mr_floor_v, (0.0f), (mr_floor_v == (0.0f)));
-        mr_band = (bitcast<u32>(sk_e126) ^ (bitcast<u32>((bitcast<i32>(sk_e126) >> 31u)) | 2147483648u));
+        let sk_e126: u32 = select(bitcast<u32>(mr_floor_v), 0u, (bitcast<u32>(mr_floor_v) == 2147483648u));
+        mr_band = (sk_e126 ^ (bitcast<u32>((bitcast<i32>(sk_e126) >> 31u)) | 2147483648u));
         var t_d: u32 = (top_key - mr_band);
         var t_e: u32 = firstLeadingBit((t_d | 32u));
         var t_near_bin: u32 = select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u));

@@ -45,23 +45,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e20))), sk_e20);
         }
         {
-            sk_read_step_38(zx0, li0, n_cols, &m);
+            sk_read_step_44(zx0, li0, n_cols, &m);
         }
         {
-            sk_read_step_38(zx1, li1, n_cols, &m);
+            sk_read_step_44(zx1, li1, n_cols, &m);
         }
         {
-            sk_read_step_38(zx2, li2, n_cols, &m);
+            sk_read_step_44(zx2, li2, n_cols, &m);
         }
         {
-            sk_read_step_38(zx3, li3, n_cols, &m);
+            sk_read_step_44(zx3, li3, n_cols, &m);
         }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
     workgroupBarrier();
-    let sk_e25: f32 = select(part_m, (0.0f), (part_m == (0.0f)));
-    var top_key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
+    let sk_e25: u32 = select(bitcast<u32>(part_m), 0u, (bitcast<u32>(part_m) == 2147483648u));
+    var top_key: u32 = (sk_e25 ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
     var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
     var s: f32 = (0.0f);
     for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
@@ -90,8 +90,8 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
     if ((mr_row && ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))))) {
         // built by kernels::filter_min_p::races
         var mr_floor_v: f32 = ((mp * part_m) * (0.99999905f));
-        let sk_e26: f32 = select(mr_floor_v, (0.0f), (mr_floor_v == (0.0f)));
-        mr_band = (bitcast<u32>(sk_e26) ^ (bitcast<u32>((bitcast<i32>(sk_e26) >> 31u)) | 2147483648u));
+        let sk_e26: u32 = select(bitcast<u32>(mr_floor_v), 0u, (bitcast<u32>(mr_floor_v) == 2147483648u));
+        mr_band = (sk_e26 ^ (bitcast<u32>((bitcast<i32>(sk_e26) >> 31u)) | 2147483648u));
         var t_d: u32 = (top_key - mr_band);
         var t_e: u32 = firstLeadingBit((t_d | 32u));
         var t_near_bin: u32 = select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u));

@@ -62,21 +62,21 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_56(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_70(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_82(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_70(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_82(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_70(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_82(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_70(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_82(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                     }
                 } else {
@@ -93,17 +93,17 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                 let sk_e94: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e95))) + abs((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
                 part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e94), (0.0f), (sk_e94 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
-                let sk_e96: f32 = select(min_above, (0.0f), (min_above == (0.0f)));
-                part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e96) ^ (bitcast<u32>((bitcast<i32>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                let sk_e96: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
+                part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e96 ^ (bitcast<u32>((bitcast<i32>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;
-                let sk_e97: f32 = select(min_range, (0.0f), (min_range == (0.0f)));
-                part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e97) ^ (bitcast<u32>((bitcast<i32>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                let sk_e97: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
+                part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e97 ^ (bitcast<u32>((bitcast<i32>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
                 var part_max_range: u32 = 0u;
-                let sk_e98: f32 = select(max_range_v, (0.0f), (max_range_v == (0.0f)));
-                part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e98) ^ (bitcast<u32>((bitcast<i32>(sk_e98) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                let sk_e98: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
+                part_max_range = sk_block_max_u32(sk_lid, select((sk_e98 ^ (bitcast<u32>((bitcast<i32>(sk_e98) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                 var part_max_below: u32 = 0u;
-                let sk_e99: f32 = select(max_below_v, (0.0f), (max_below_v == (0.0f)));
-                part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e99) ^ (bitcast<u32>((bitcast<i32>(sk_e99) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                let sk_e99: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
+                part_max_below = sk_block_max_u32(sk_lid, select((sk_e99 ^ (bitcast<u32>((bitcast<i32>(sk_e99) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                 var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                 var part_best: f32 = (0.0f);
                 var part_best_i: u32 = 0u;
@@ -168,21 +168,21 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = (0.0f);
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_56(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_53(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_62(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_53(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_62(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_53(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_62(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_53(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_62(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                         }
                     }

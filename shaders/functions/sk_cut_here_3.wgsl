@@ -51,9 +51,9 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < (col_hi - col_lo))) {
                     // built by kernels::filter_values::read_step
@@ -112,17 +112,17 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
         var part_w_below: f32 = (0.0f);
         part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / part_mx), (1.0f), (max_below_v == part_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
         var part_min_above_not: u32 = 0u;
-        let sk_e79: f32 = select(min_above, (0.0f), (min_above == (0.0f)));
-        part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e79) ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+        let sk_e79: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
+        part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e79 ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
         var part_min_range_not: u32 = 0u;
-        let sk_e80: f32 = select(min_range, (0.0f), (min_range == (0.0f)));
-        part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(sk_e80) ^ (bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+        let sk_e80: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
+        part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e80 ^ (bitcast<u32>((bitcast<i32>(sk_e80) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
         var part_max_range: u32 = 0u;
-        let sk_e81: f32 = select(max_range_v, (0.0f), (max_range_v == (0.0f)));
-        part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e81) ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+        let sk_e81: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
+        part_max_range = sk_block_max_u32(sk_lid, select((sk_e81 ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
         var part_max_below: u32 = 0u;
-        let sk_e82: f32 = select(max_below_v, (0.0f), (max_below_v == (0.0f)));
-        part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(sk_e82) ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+        let sk_e82: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
+        part_max_below = sk_block_max_u32(sk_lid, select((sk_e82 ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
         var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
         var part_best: f32 = (0.0f);
         var part_best_i: u32 = 0u;
@@ -182,21 +182,21 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_68(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < (col_hi - col_lo))) {
-                        sk_read_step_64(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li1 < (col_hi - col_lo))) {
-                        sk_read_step_64(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li2 < (col_hi - col_lo))) {
-                        sk_read_step_64(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_64(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                 }
             }

@@ -16,8 +16,8 @@ fn sk_cut_part_15(cz: f32, cut_grid_shift: u32, cut_range_from: u32, cov: f32, p
         var cut_at: u32 = 0u;
         cut_at = atomicAdd(&cut_listing[0u], 1u);
         if ((cut_at < 640u)) {
-            let sk_e8: f32 = select(cov, (0.0f), (cov == (0.0f)));
-            partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(sk_e8) ^ (bitcast<u32>((bitcast<i32>(sk_e8) >> 31u)) | 2147483648u));
+            let sk_e8: u32 = select(bitcast<u32>(cov), 0u, (bitcast<u32>(cov) == 2147483648u));
+            partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_e8 ^ (bitcast<u32>((bitcast<i32>(sk_e8) >> 31u)) | 2147483648u));
             partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
         }
     } else {

@@ -62,57 +62,57 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var li15: u32 = (i0 + (BLOCK * 15u));
                 var zx15: f32 = (0.0f);
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_46(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    sk_read_step_50(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                 } else {
-                    sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                    sk_read_step_51(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx0, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx1, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx2, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx3, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li4 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx4, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li5 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx5, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li6 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx6, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li7 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx7, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li8 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx8, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li9 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx9, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li10 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx10, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li11 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx11, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li12 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx12, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li13 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx13, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li14 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx14, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_40(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_46(zx15, temp, cut_mx, xm_grid_scale, xm_above_from, &rm_own, &xm_above);
                 }
             }
             var rm_row: u64 = 0lu;
@@ -212,14 +212,14 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     var ow_valid: bool = (ow_tok < params.vocab);
                     var ow_at: u32 = select(0u, ow_tok, ow_valid);
                     if ((sk_lid == 0u)) {
-                        // built by kernels::abi::write_results_as
+                        // built by kernels::abi::write_results
                         tokens[row] = select(0u, ow_tok, ow_valid);
                         if (((params.flags & 2u) != 0u)) {
                             status[row] = select(0u, 1u, ow_valid);
                         }
                     }
                     if (((params.flags & 1u) != 0u)) {
-                        sk_write_results_as(sk_lid, base, ow_at, temp, row, ow_valid, cut_mx, cut_mass);
+                        sk_write_results(sk_lid, base, ow_at, temp, row, ow_valid, cut_mx, cut_mass);
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
                         // built by kernels::filter_top_k::finish_race

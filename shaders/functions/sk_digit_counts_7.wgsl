@@ -23,8 +23,8 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            let sk_e260: f32 = select(ov, (0.0f), (ov == (0.0f)));
-            var key: u32 = (bitcast<u32>(sk_e260) ^ (bitcast<u32>((bitcast<i32>(sk_e260) >> 31u)) | 2147483648u));
+            let sk_e260: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e260 ^ (bitcast<u32>((bitcast<i32>(sk_e260) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -55,7 +55,7 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         // built by kernels::filter_values::read_step
                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -64,16 +64,16 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_66(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_66(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_66(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_66(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                 }
             } else {
@@ -88,7 +88,7 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         // built by kernels::filter_values::read_step
                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -97,16 +97,16 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_66(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_66(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_66(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_66(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_78(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                 }
             }

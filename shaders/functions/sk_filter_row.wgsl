@@ -34,16 +34,16 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
             }
             if ((li0 < sweep_n)) {
-                sk_read_step_15(col_lo, li0, zx0, &m);
+                sk_read_step_17(col_lo, li0, zx0, &m);
             }
             if ((li1 < sweep_n)) {
-                sk_read_step_15(col_lo, li1, zx1, &m);
+                sk_read_step_17(col_lo, li1, zx1, &m);
             }
             if ((li2 < sweep_n)) {
-                sk_read_step_15(col_lo, li2, zx2, &m);
+                sk_read_step_17(col_lo, li2, zx2, &m);
             }
             if ((li3 < sweep_n)) {
-                sk_read_step_15(col_lo, li3, zx3, &m);
+                sk_read_step_17(col_lo, li3, zx3, &m);
             }
         }
     }
@@ -107,16 +107,16 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_19(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                        sk_read_step_25(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_19(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                        sk_read_step_25(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_19(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                        sk_read_step_25(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_19(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                        sk_read_step_25(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                     }
                 }
             }
@@ -132,8 +132,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var lx: f32 = sk_load_x((base + col));
                 var zv: f32 = lx;
                 var ov: f32 = zv;
-                let sk_e6: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                var key: u32 = (bitcast<u32>(sk_e6) ^ (bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) | 2147483648u));
+                let sk_e6: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                var key: u32 = (sk_e6 ^ (bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) | 2147483648u));
                 var wv: f32 = (0.0f);
                 var ok: bool = false;
                 var mv: u64 = 0lu;
@@ -154,8 +154,8 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var lx: f32 = sk_load_x((base + col));
                 var zv: f32 = lx;
                 var ov: f32 = zv;
-                let sk_e7: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                var key: u32 = (bitcast<u32>(sk_e7) ^ (bitcast<u32>((bitcast<i32>(sk_e7) >> 31u)) | 2147483648u));
+                let sk_e7: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                var key: u32 = (sk_e7 ^ (bitcast<u32>((bitcast<i32>(sk_e7) >> 31u)) | 2147483648u));
                 var wv: f32 = (0.0f);
                 var ok: bool = false;
                 var mv: u64 = 0lu;
@@ -246,7 +246,7 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -255,16 +255,16 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_11(col_lo, li0, zx0, s_key, mx, &mine);
+                                sk_read_step_14(col_lo, li0, zx0, s_key, mx, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_11(col_lo, li1, zx1, s_key, mx, &mine);
+                                sk_read_step_14(col_lo, li1, zx1, s_key, mx, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_11(col_lo, li2, zx2, s_key, mx, &mine);
+                                sk_read_step_14(col_lo, li2, zx2, s_key, mx, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_11(col_lo, li3, zx3, s_key, mx, &mine);
+                                sk_read_step_14(col_lo, li3, zx3, s_key, mx, &mine);
                             }
                         }
                     }
@@ -294,7 +294,7 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var li3: u32 = (c0 + 3u);
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -303,16 +303,16 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                    sk_read_step_27(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                    sk_read_step_27(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                    sk_read_step_27(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                    sk_read_step_27(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                 }
             }
         }
@@ -338,7 +338,7 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                 var li3: u32 = (c0 + 3u);
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -347,16 +347,16 @@ fn sk_filter_row(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, k_first: bool
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                    sk_read_step_28(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                    sk_read_step_28(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                    sk_read_step_28(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                    sk_read_step_28(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                 }
             }
         }

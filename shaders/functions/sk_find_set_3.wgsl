@@ -43,21 +43,21 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_6(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_25(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_31(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_25(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_31(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_25(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_31(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_25(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
+                    sk_read_step_31(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
                 }
             }
         }
@@ -74,8 +74,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            let sk_e23: f32 = select(ov, (0.0f), (ov == (0.0f)));
-            var key: u32 = (bitcast<u32>(sk_e23) ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
+            let sk_e23: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e23 ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -97,8 +97,8 @@ fn sk_find_set_3(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            let sk_e25: f32 = select(ov, (0.0f), (ov == (0.0f)));
-            var key: u32 = (bitcast<u32>(sk_e25) ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
+            let sk_e25: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e25 ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: vec2<u32> = vec2<u32>(0u, 0u);

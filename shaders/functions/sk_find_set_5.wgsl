@@ -43,7 +43,7 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -52,16 +52,16 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_67(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_67(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_67(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_67(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
             }
         }
@@ -77,8 +77,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            let sk_e257: f32 = select(ov, (0.0f), (ov == (0.0f)));
-            var key: u32 = (bitcast<u32>(sk_e257) ^ (bitcast<u32>((bitcast<i32>(sk_e257) >> 31u)) | 2147483648u));
+            let sk_e257: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e257 ^ (bitcast<u32>((bitcast<i32>(sk_e257) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -99,8 +99,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var lx: f32 = sk_load_x((base + col));
             var zv: f32 = lx;
             var ov: f32 = zv;
-            let sk_e258: f32 = select(ov, (0.0f), (ov == (0.0f)));
-            var key: u32 = (bitcast<u32>(sk_e258) ^ (bitcast<u32>((bitcast<i32>(sk_e258) >> 31u)) | 2147483648u));
+            let sk_e258: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e258 ^ (bitcast<u32>((bitcast<i32>(sk_e258) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;

@@ -43,9 +43,9 @@ fn sk_for_each_read(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, temp: f32,
         var li15: u32 = (i0 + (BLOCK * 15u));
         var zx15: f32 = (0.0f);
         if ((li15 < (col_hi - col_lo))) {
-            sk_read_step_46(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_50(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         } else {
-            sk_read_step_47(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_51(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step

@@ -55,16 +55,16 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_15(col_lo, li0, zx0, &m);
+                    sk_read_step_17(col_lo, li0, zx0, &m);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_15(col_lo, li1, zx1, &m);
+                    sk_read_step_17(col_lo, li1, zx1, &m);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_15(col_lo, li2, zx2, &m);
+                    sk_read_step_17(col_lo, li2, zx2, &m);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_15(col_lo, li3, zx3, &m);
+                    sk_read_step_17(col_lo, li3, zx3, &m);
                 }
             }
         }
@@ -129,7 +129,7 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                                 var li3: u32 = (c0 + 3u);
                                 var zx3: f32 = (0.0f);
                                 if ((li3 < sweep_n)) {
-                                    sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                                 } else {
                                     // built by kernels::filter_values::read_step
                                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -138,16 +138,16 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                                 }
                                 if ((li0 < sweep_n)) {
-                                    sk_read_step_11(col_lo, li0, zx0, s_key, mx, &mine);
+                                    sk_read_step_14(col_lo, li0, zx0, s_key, mx, &mine);
                                 }
                                 if ((li1 < sweep_n)) {
-                                    sk_read_step_11(col_lo, li1, zx1, s_key, mx, &mine);
+                                    sk_read_step_14(col_lo, li1, zx1, s_key, mx, &mine);
                                 }
                                 if ((li2 < sweep_n)) {
-                                    sk_read_step_11(col_lo, li2, zx2, s_key, mx, &mine);
+                                    sk_read_step_14(col_lo, li2, zx2, s_key, mx, &mine);
                                 }
                                 if ((li3 < sweep_n)) {
-                                    sk_read_step_11(col_lo, li3, zx3, s_key, mx, &mine);
+                                    sk_read_step_14(col_lo, li3, zx3, s_key, mx, &mine);
                                 }
                             }
                         }
@@ -159,11 +159,10 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
             tie_start = ties_before;
         }
         var rank_done: bool = false;
-        var rank_over: bool = false;
         var rank_col: u32 = 4294967295u;
         let sk_e24: u32 = (row * 12u);
         if ((((rows[(sk_e24 + 1u)] == 1u) && (rows[(sk_e24 + 6u)] == 1u)) && filtered)) {
-            sk_race_2(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+            sk_race_2(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
         }
         var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
         var best: f32 = bitcast<f32>(4286578688u);
@@ -191,7 +190,7 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                         } else {
                             // built by kernels::filter_values::read_step
                             zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -200,16 +199,16 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                             zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                         }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                            sk_read_step_23(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                            sk_read_step_23(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                            sk_read_step_23(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                            sk_read_step_23(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                         }
                     }
                 }
@@ -239,7 +238,7 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                         } else {
                             // built by kernels::filter_values::read_step
                             zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -256,8 +255,8 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                             var col: u32 = (col_lo + li0);
                             var zv: f32 = zx0;
                             var ov: f32 = zv;
-                            let sk_e47: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                            var key: u32 = (bitcast<u32>(sk_e47) ^ (bitcast<u32>((bitcast<i32>(sk_e47) >> 31u)) | 2147483648u));
+                            let sk_e65: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                            var key: u32 = (sk_e65 ^ (bitcast<u32>((bitcast<i32>(sk_e65) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -280,8 +279,8 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                             var col: u32 = (col_lo + li1);
                             var zv: f32 = zx1;
                             var ov: f32 = zv;
-                            let sk_e48: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                            var key: u32 = (bitcast<u32>(sk_e48) ^ (bitcast<u32>((bitcast<i32>(sk_e48) >> 31u)) | 2147483648u));
+                            let sk_e66: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                            var key: u32 = (sk_e66 ^ (bitcast<u32>((bitcast<i32>(sk_e66) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -304,8 +303,8 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                             var col: u32 = (col_lo + li2);
                             var zv: f32 = zx2;
                             var ov: f32 = zv;
-                            let sk_e49: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                            var key: u32 = (bitcast<u32>(sk_e49) ^ (bitcast<u32>((bitcast<i32>(sk_e49) >> 31u)) | 2147483648u));
+                            let sk_e67: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                            var key: u32 = (sk_e67 ^ (bitcast<u32>((bitcast<i32>(sk_e67) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -328,8 +327,8 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
                             var col: u32 = (col_lo + li3);
                             var zv: f32 = zx3;
                             var ov: f32 = zv;
-                            let sk_e50: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                            var key: u32 = (bitcast<u32>(sk_e50) ^ (bitcast<u32>((bitcast<i32>(sk_e50) >> 31u)) | 2147483648u));
+                            let sk_e68: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                            var key: u32 = (sk_e68 ^ (bitcast<u32>((bitcast<i32>(sk_e68) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -363,17 +362,17 @@ fn sk_for_each_row_at(sk_lid: u32, slot: u32) {
         var valid: bool = (tok < params.vocab);
         var tok_at: u32 = select(0u, tok, valid);
         if ((sk_lid == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = select(0u, tok, valid);
             if (((params.flags & 2u) != 0u)) {
-                status[row] = select(0u, select(1u, 2u, rank_over), valid);
+                status[row] = select(0u, 1u, valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
-                let sk_e51: f32 = sk_load_x((base + tok_at));
-                logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e51), (sk_e51 > (0.0f))), valid);
+                let sk_e69: f32 = sk_load_x((base + tok_at));
+                logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e69), (sk_e69 > (0.0f))), valid);
             }
         }
         if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -54,14 +54,14 @@ fn sk_last_part_combines_2(sk_lid: u32, parts: u32, row_slot: u32, row: u32) {
     }
     var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
     if ((sk_lid == 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         tokens[row] = select(0u, tok, valid);
         if (((params.flags & 2u) != 0u)) {
             status[row] = select(0u, 1u, valid);
         }
     }
     if (((params.flags & 1u) != 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         var row_max: f32 = (0.0f);
         row_max = sk_block_max_f32(sk_lid, m);
         var row_sum: f32 = (0.0f);

@@ -58,14 +58,14 @@ fn sk_last_part_combines_3(sk_lid: u32, parts: u32, row_slot: u32, row: u32) {
     }
     var valid: bool = (win > (0.0f));
     if ((sk_lid == 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         tokens[row] = select(0u, tok, valid);
         if (((params.flags & 2u) != 0u)) {
             status[row] = select(0u, 1u, valid);
         }
     }
     if (((params.flags & 1u) != 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         if ((sk_lid == 0u)) {
             logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(z), (z > (0.0f))), valid);
         }

@@ -91,21 +91,21 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_56(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_58(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_58(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_58(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_50(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_58(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;
@@ -126,14 +126,14 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         var ow_valid: bool = (ow_tok < params.vocab);
         var ow_at: u32 = select(0u, ow_tok, ow_valid);
         if ((sk_lid == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = select(0u, ow_tok, ow_valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, ow_valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            sk_write_results_as(sk_lid, base, ow_at, temp, row, ow_valid, row_m, row_s);
+            sk_write_results(sk_lid, base, ow_at, temp, row, ow_valid, row_m, row_s);
         }
         if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
             // built by kernels::filter_top_k::finish_race

@@ -9,8 +9,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     // built by kernels::filter_top_k::merge_row
     var want: u32 = (kc + 1u);
     var n_items: u32 = (parts * want);
-    let sk_e272: f32 = select(row_m, (0.0f), (row_m == (0.0f)));
-    var t_top: u32 = (bitcast<u32>(sk_e272) ^ (bitcast<u32>((bitcast<i32>(sk_e272) >> 31u)) | 2147483648u));
+    let sk_e272: u32 = select(bitcast<u32>(row_m), 0u, (bitcast<u32>(row_m) == 2147483648u));
+    var t_top: u32 = (sk_e272 ^ (bitcast<u32>((bitcast<i32>(sk_e272) >> 31u)) | 2147483648u));
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
         atomicStore(&select_scratch[i], 0u);
@@ -252,14 +252,14 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
         var ow_valid: bool = (ow_tok < params.vocab);
         var ow_at: u32 = select(0u, ow_tok, ow_valid);
         if ((sk_lid == 0u)) {
-            // built by kernels::abi::write_results_as
+            // built by kernels::abi::write_results
             tokens[row] = select(0u, ow_tok, ow_valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, ow_valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            sk_write_results_as(sk_lid, base, ow_at, temp, row, ow_valid, row_m, row_s);
+            sk_write_results(sk_lid, base, ow_at, temp, row, ow_valid, row_m, row_s);
         }
         if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
             // built by kernels::filter_top_k::finish_race

@@ -8,8 +8,8 @@ fn sk_race_sweep_4(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<f
     var s64: f64 = sk_log64(f64(zv));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e291: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e291 + 8u)], rows[(sk_e291 + 9u)], rows[(sk_e291 + 10u)], col)));
+        let sk_e309: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e309 + 8u)], rows[(sk_e309 + 9u)], rows[(sk_e309 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best

@@ -59,14 +59,14 @@ fn sk_seeded_logits_row_2(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2
     }
     var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
     if ((sk_lid == 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         tokens[row] = select(0u, tok, valid);
         if (((params.flags & 2u) != 0u)) {
             status[row] = select(0u, 1u, valid);
         }
     }
     if (((params.flags & 1u) != 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         let sk_e67: f32 = sk_load_x((base + tok));
         let sk_e66: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
         var p: f32 = (select(select(sk_exp((sk_e66 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e66 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);

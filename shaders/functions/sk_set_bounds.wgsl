@@ -44,21 +44,21 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_27(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                        sk_read_step_33(col_lo, li0, zx0, temp, mx, s_key, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_27(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                        sk_read_step_33(col_lo, li1, zx1, temp, mx, s_key, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_27(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                        sk_read_step_33(col_lo, li2, zx2, temp, mx, s_key, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_27(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                        sk_read_step_33(col_lo, li3, zx3, temp, mx, s_key, &mine);
                     }
                 }
             }
@@ -93,21 +93,21 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_30(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_36(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_30(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_36(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_30(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_36(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_30(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_36(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -137,9 +137,9 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_29(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
@@ -150,8 +150,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = (zx0 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e82: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e82) ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u));
+                        let sk_e82: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e82 ^ (bitcast<u32>((bitcast<i32>(sk_e82) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -175,8 +175,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = (zx1 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e84: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e84) ^ (bitcast<u32>((bitcast<i32>(sk_e84) >> 31u)) | 2147483648u));
+                        let sk_e84: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e84 ^ (bitcast<u32>((bitcast<i32>(sk_e84) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -200,8 +200,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = (zx2 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e86: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e86) ^ (bitcast<u32>((bitcast<i32>(sk_e86) >> 31u)) | 2147483648u));
+                        let sk_e86: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e86 ^ (bitcast<u32>((bitcast<i32>(sk_e86) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -225,8 +225,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = (zx3 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e88: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e88) ^ (bitcast<u32>((bitcast<i32>(sk_e88) >> 31u)) | 2147483648u));
+                        let sk_e88: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e88 ^ (bitcast<u32>((bitcast<i32>(sk_e88) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;

@@ -58,16 +58,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_32(col_lo, li0, zx0, s_key, mx, &mine);
+                        sk_read_step_38(col_lo, li0, zx0, s_key, mx, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_32(col_lo, li1, zx1, s_key, mx, &mine);
+                        sk_read_step_38(col_lo, li1, zx1, s_key, mx, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_32(col_lo, li2, zx2, s_key, mx, &mine);
+                        sk_read_step_38(col_lo, li2, zx2, s_key, mx, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_32(col_lo, li3, zx3, s_key, mx, &mine);
+                        sk_read_step_38(col_lo, li3, zx3, s_key, mx, &mine);
                     }
                 }
             }
@@ -116,16 +116,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_33(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_33(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_33(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_33(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -177,8 +177,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = zx0;
                         var ov: f32 = zv;
-                        let sk_e42: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e42) ^ (bitcast<u32>((bitcast<i32>(sk_e42) >> 31u)) | 2147483648u));
+                        let sk_e42: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e42 ^ (bitcast<u32>((bitcast<i32>(sk_e42) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -201,8 +201,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = zx1;
                         var ov: f32 = zv;
-                        let sk_e43: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e43) ^ (bitcast<u32>((bitcast<i32>(sk_e43) >> 31u)) | 2147483648u));
+                        let sk_e43: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e43 ^ (bitcast<u32>((bitcast<i32>(sk_e43) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -225,8 +225,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = zx2;
                         var ov: f32 = zv;
-                        let sk_e44: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e44) ^ (bitcast<u32>((bitcast<i32>(sk_e44) >> 31u)) | 2147483648u));
+                        let sk_e44: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e44 ^ (bitcast<u32>((bitcast<i32>(sk_e44) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -249,8 +249,8 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = zx3;
                         var ov: f32 = zv;
-                        let sk_e45: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e45) ^ (bitcast<u32>((bitcast<i32>(sk_e45) >> 31u)) | 2147483648u));
+                        let sk_e45: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e45 ^ (bitcast<u32>((bitcast<i32>(sk_e45) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;

@@ -59,19 +59,19 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     let sk_e36: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
                     zx3 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                 } else {
-                    sk_read_step_28(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_26(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_32(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_26(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_32(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_26(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_32(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_26(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_32(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
             }
         }
@@ -205,14 +205,14 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                 var valid: bool = (tok < params.vocab);
                 var tok_at: u32 = select(0u, tok, valid);
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
                         let sk_e93: f32 = sk_load_x((base + tok_at));

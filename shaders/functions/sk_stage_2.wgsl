@@ -62,16 +62,16 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_31(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_37(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_31(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_37(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_31(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_37(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_31(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_37(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
             }
         }
@@ -205,14 +205,14 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                 var valid: bool = (tok < params.vocab);
                 var tok_at: u32 = select(0u, tok, valid);
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results_as
+                    // built by kernels::abi::write_results
                     if ((sk_lid == 0u)) {
                         let sk_e49: f32 = sk_load_x((base + tok_at));
                         logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e49), (sk_e49 > (0.0f))), valid);

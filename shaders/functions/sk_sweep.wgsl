@@ -21,9 +21,9 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
             var li3: u32 = (i0 + (BLOCK * 3u));
             var zx3: f32 = (0.0f);
             if ((li3 < sweep_n)) {
-                sk_read_step_48(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
             } else {
-                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
             }
             if ((li0 < sweep_n)) {
                 // built by kernels::filter_values::read_step
@@ -108,21 +108,21 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_53(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_43(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                sk_read_step_47(col_lo, li0, zx0, temp, mx, s_key, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_43(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                sk_read_step_47(col_lo, li1, zx1, temp, mx, s_key, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_43(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                sk_read_step_47(col_lo, li2, zx2, temp, mx, s_key, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_43(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                sk_read_step_47(col_lo, li3, zx3, temp, mx, s_key, &mine);
                             }
                         }
                     }
@@ -134,11 +134,10 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         tie_start = ties_before;
     }
     var rank_done: bool = false;
-    var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
     let sk_e445: u32 = (row * 12u);
     if ((((rows[(sk_e445 + 1u)] == 1u) && (rows[(sk_e445 + 6u)] == 1u)) && filtered)) {
-        sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+        sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
     var best: f32 = bitcast<f32>(4286578688u);
@@ -166,21 +165,21 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_53(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_51(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_60(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_51(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_60(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_51(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_60(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_51(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_60(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -210,9 +209,9 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_42(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_53(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_41(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_52(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
@@ -223,8 +222,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = (zx0 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e508: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e508) ^ (bitcast<u32>((bitcast<i32>(sk_e508) >> 31u)) | 2147483648u));
+                        let sk_e558: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e558 ^ (bitcast<u32>((bitcast<i32>(sk_e558) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -234,8 +233,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e509: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e509), sk_e509, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e559: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e559), sk_e559, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -248,8 +247,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = (zx1 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e510: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e510) ^ (bitcast<u32>((bitcast<i32>(sk_e510) >> 31u)) | 2147483648u));
+                        let sk_e560: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e560 ^ (bitcast<u32>((bitcast<i32>(sk_e560) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -259,8 +258,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e511: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e511), sk_e511, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e561: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e561), sk_e561, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -273,8 +272,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = (zx2 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e512: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e512) ^ (bitcast<u32>((bitcast<i32>(sk_e512) >> 31u)) | 2147483648u));
+                        let sk_e562: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e562 ^ (bitcast<u32>((bitcast<i32>(sk_e562) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -284,8 +283,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e513: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e513), sk_e513, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e563: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e563), sk_e563, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -298,8 +297,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = (zx3 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e514: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e514) ^ (bitcast<u32>((bitcast<i32>(sk_e514) >> 31u)) | 2147483648u));
+                        let sk_e564: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e564 ^ (bitcast<u32>((bitcast<i32>(sk_e564) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -309,8 +308,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e515: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e515), sk_e515, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e565: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e565), sk_e565, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -334,18 +333,18 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var valid: bool = (tok < params.vocab);
     var tok_at: u32 = select(0u, tok, valid);
     if ((sk_lid == 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         tokens[row] = select(0u, tok, valid);
         if (((params.flags & 2u) != 0u)) {
-            status[row] = select(0u, select(1u, 2u, rank_over), valid);
+            status[row] = select(0u, 1u, valid);
         }
     }
     if (((params.flags & 1u) != 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e516: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e516, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e516) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+            let sk_e566: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e566, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e566) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

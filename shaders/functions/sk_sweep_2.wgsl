@@ -21,7 +21,7 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
             var li3: u32 = (i0 + (BLOCK * 3u));
             var zx3: f32 = (0.0f);
             if ((li3 < sweep_n)) {
-                sk_read_step_65(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
             } else {
                 // built by kernels::filter_values::read_step
                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -30,16 +30,16 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
             }
             if ((li0 < sweep_n)) {
-                sk_read_step_15(col_lo, li0, zx0, &m);
+                sk_read_step_17(col_lo, li0, zx0, &m);
             }
             if ((li1 < sweep_n)) {
-                sk_read_step_15(col_lo, li1, zx1, &m);
+                sk_read_step_17(col_lo, li1, zx1, &m);
             }
             if ((li2 < sweep_n)) {
-                sk_read_step_15(col_lo, li2, zx2, &m);
+                sk_read_step_17(col_lo, li2, zx2, &m);
             }
             if ((li3 < sweep_n)) {
-                sk_read_step_15(col_lo, li3, zx3, &m);
+                sk_read_step_17(col_lo, li3, zx3, &m);
             }
         }
     }
@@ -104,7 +104,7 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                             } else {
                                 // built by kernels::filter_values::read_step
                                 zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -113,16 +113,16 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                                 zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                             }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_58(col_lo, li0, zx0, s_key, mx, &mine);
+                                sk_read_step_67(col_lo, li0, zx0, s_key, mx, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_58(col_lo, li1, zx1, s_key, mx, &mine);
+                                sk_read_step_67(col_lo, li1, zx1, s_key, mx, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_58(col_lo, li2, zx2, s_key, mx, &mine);
+                                sk_read_step_67(col_lo, li2, zx2, s_key, mx, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_58(col_lo, li3, zx3, s_key, mx, &mine);
+                                sk_read_step_67(col_lo, li3, zx3, s_key, mx, &mine);
                             }
                         }
                     }
@@ -134,11 +134,10 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
         tie_start = ties_before;
     }
     var rank_done: bool = false;
-    var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
     let sk_e275: u32 = (row * 12u);
     if ((((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u)) && filtered)) {
-        sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+        sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
     var best: f32 = bitcast<f32>(4286578688u);
@@ -166,7 +165,7 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         // built by kernels::filter_values::read_step
                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -175,16 +174,16 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_63(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_75(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_63(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_75(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_63(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_75(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_63(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_75(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -214,7 +213,7 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                     var li3: u32 = (c0 + 3u);
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_14(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_18(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         // built by kernels::filter_values::read_step
                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -231,8 +230,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = zx0;
                         var ov: f32 = zv;
-                        let sk_e298: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e298) ^ (bitcast<u32>((bitcast<i32>(sk_e298) >> 31u)) | 2147483648u));
+                        let sk_e316: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e316 ^ (bitcast<u32>((bitcast<i32>(sk_e316) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -255,8 +254,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = zx1;
                         var ov: f32 = zv;
-                        let sk_e299: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e299) ^ (bitcast<u32>((bitcast<i32>(sk_e299) >> 31u)) | 2147483648u));
+                        let sk_e317: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e317 ^ (bitcast<u32>((bitcast<i32>(sk_e317) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -279,8 +278,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = zx2;
                         var ov: f32 = zv;
-                        let sk_e300: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e300) ^ (bitcast<u32>((bitcast<i32>(sk_e300) >> 31u)) | 2147483648u));
+                        let sk_e318: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e318 ^ (bitcast<u32>((bitcast<i32>(sk_e318) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -303,8 +302,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = zx3;
                         var ov: f32 = zv;
-                        let sk_e301: f32 = select(ov, (0.0f), (ov == (0.0f)));
-                        var key: u32 = (bitcast<u32>(sk_e301) ^ (bitcast<u32>((bitcast<i32>(sk_e301) >> 31u)) | 2147483648u));
+                        let sk_e319: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e319 ^ (bitcast<u32>((bitcast<i32>(sk_e319) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -338,17 +337,17 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     var valid: bool = (tok < params.vocab);
     var tok_at: u32 = select(0u, tok, valid);
     if ((sk_lid == 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         tokens[row] = select(0u, tok, valid);
         if (((params.flags & 2u) != 0u)) {
-            status[row] = select(0u, select(1u, 2u, rank_over), valid);
+            status[row] = select(0u, 1u, valid);
         }
     }
     if (((params.flags & 1u) != 0u)) {
-        // built by kernels::abi::write_results_as
+        // built by kernels::abi::write_results
         if ((sk_lid == 0u)) {
-            let sk_e302: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e302), (sk_e302 > (0.0f))), valid);
+            let sk_e320: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e320), (sk_e320 > (0.0f))), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

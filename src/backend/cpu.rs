@@ -10,7 +10,7 @@ use crate::reference::logprobs::{rank, top, values};
 use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in, seeded_ranked_in};
 use crate::reference::softmax::{log32, sglang_logprobs, softmax, softmax_f32};
 use crate::reference::{self, murmur, philox};
-use crate::types::{Element, RowMode, RowParams, Shape, STATUS_UNRANKED};
+use crate::types::{Element, RowMode, RowParams, Shape};
 
 /// Runs every kernel on the host, one row after another.
 #[derive(Clone, Copy, Debug, Default)]
@@ -60,8 +60,7 @@ fn takes_filter_path(row: &RowParams) -> bool {
 }
 
 /// Row `r` sampled inside its kept set (the filter kernels' path), with its pass count. A row
-/// that hashes ranks takes SGLang's race on them where its set fits the kernels' bound, and
-/// otherwise the race on the vocabulary id with the status [`STATUS_UNRANKED`].
+/// that hashes ranks takes SGLang's race on them.
 fn filtered_row(
     input: Input<'_, CpuBackend>,
     shape: Shape,
@@ -77,7 +76,7 @@ fn filtered_row(
         };
         seeded_ranked_in(&probs, &p32, row, |j| keep[j])
     });
-    let (token, valid, lp) = match (ranked.flatten(), input, row.mode()) {
+    let (token, valid, lp) = match (ranked, input, row.mode()) {
         (Some(won), _, _) => won,
         (None, Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
         (None, Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
@@ -89,10 +88,7 @@ fn filtered_row(
     if let Some(passes) = out.passes.as_deref_mut() {
         passes[r] = filters::passes(&row.filters(), shape.vocab);
     }
-    write_output(out.reborrow(), r, token, valid, || lp);
-    if let (Some(None), true, Some(status)) = (ranked, valid, out.status) {
-        status[r] = STATUS_UNRANKED;
-    }
+    write_output(out, r, token, valid, || lp);
 }
 
 /// The seeded race of one row of log-probabilities, written to `out`.

@@ -9,8 +9,7 @@ use arrayvec::ArrayVec;
 
 use crate::generated::{
     FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_MERGE, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
-    FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS,
-    TOP_K_SLOT_WORDS,
+    FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -267,12 +266,6 @@ fn scratch_words<B: Backend + ?Sized>(
     records.max(slots * SLOT_WORDS).max(one_read).max(1)
 }
 
-/// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
-/// it fits the parts kernel's workgroup array (the kernels check it, and otherwise fall back).
-fn top_k_parts(vocab: usize) -> u32 {
-    vocab.div_ceil(TOP_K_PART_COLS).max(1) as u32
-}
-
 /// The most scratch the one-read path takes: 128 MiB, the storage binding every wgpu adapter
 /// allows (WebGPU's least `maxStorageBufferBindingSize`). 256 rows of 256,000 columns take 85 MiB
 /// since a top-p part's record holds its fine grid's counts (1,317 words a part).
@@ -282,7 +275,7 @@ const ONE_READ_MAX_WORDS: usize = 1 << 25;
 /// part, sized for the largest top-k), or `None` where that exceeds [`ONE_READ_MAX_WORDS`]:
 /// then the batch (a shape, never the rows' parameters, decides) takes the filter kernels.
 fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
-    Some(rows * top_k_parts(vocab) as usize * TOP_K_SLOT_WORDS).filter(|&w| w <= ONE_READ_MAX_WORDS)
+    Some(rows * crate::types::one_read_parts(vocab) as usize * TOP_K_SLOT_WORDS).filter(|&w| w <= ONE_READ_MAX_WORDS)
 }
 
 /// The u32 of the split rows' arrival counters a job needs (one per row of a split launch,
@@ -604,7 +597,7 @@ impl<'a, H: Copy> Launch<H> {
             _ => return None,
         };
         one_read_words(rows, vocab)?;
-        let parts = top_k_parts(vocab);
+        let parts = crate::types::one_read_parts(vocab);
         let mut params = self.params;
         params[3] |= parts << PARTS_SHIFT;
         let mut merge = Launch::new(merge_id, params, Work::Rows(rows as u32));

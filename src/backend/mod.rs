@@ -54,8 +54,7 @@ impl<B: Backend + ?Sized> Logits<'_, B> {
 /// Where a sampling call writes: one token per row, and when given, the token's log-probability
 /// under softmax(l / T) (T = 1 for greedy rows) and a status per row: 1 when the row had a valid
 /// value to sample, 0 when it had none (every value NaN or -inf), in which case its token is 0
-/// and its log-probability -inf, or [`STATUS_UNRANKED`](crate::STATUS_UNRANKED) for a row that
-/// asked for SGLang's rank hashing and was sampled on the vocabulary id's noise instead.
+/// and its log-probability -inf.
 /// Built with [`Output::new`] and the `with_` methods; its fields are private, since on CUDA it
 /// may hold an engine's memory lent by an alias (`Output::aliased`), which no safe code may
 /// take out of it.
@@ -64,8 +63,7 @@ pub struct Output<'a, B: Backend + ?Sized> {
     pub(crate) tokens: &'a mut B::Buffer<u32>,
     /// One log-probability per row, when asked.
     pub(crate) logprobs: Option<&'a mut B::Buffer<f32>>,
-    /// One status per row (1 valid, 0 nothing to sample, [`STATUS_UNRANKED`](crate::STATUS_UNRANKED)),
-    /// when asked.
+    /// One status per row (1 valid, 0 nothing to sample), when asked.
     pub(crate) status: Option<&'a mut B::Buffer<u32>>,
     /// How many times each row was read, when asked: written by the filter kernels and the
     /// seeded kernel from logits (for the rows they take), so tests and benchmarks see the pass

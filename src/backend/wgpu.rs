@@ -155,7 +155,8 @@ pub struct WgpuBackend {
     split_filters: bool,
     /// Whether the device cannot run the filter kernels (no float64 or 64-bit integers, or less
     /// workgroup memory than they declare; see [`FILTERED_SEEDED`]): `Sampler::step` then
-    /// samples filtered rows with the portable filter kernel (see `launch::Split::portable`).
+    /// samples filtered rows with the portable filter kernel (see `launch::Split::portable`);
+    /// or [`WgpuBackend::with_portable_filters`] asked for it.
     portable: bool,
 }
 
@@ -354,6 +355,16 @@ impl WgpuBackend {
     /// adapter; the tests turn it on on lavapipe to check the split path.
     pub fn with_split_filters(mut self, split: bool) -> Self {
         self.split_filters = split;
+        self
+    }
+
+    /// Samples the filtered rows of [`crate::Sampler::step`] with the portable filter kernel
+    /// (u64 as two words, no float64, an 8 KiB list), as on a device without float64, 64-bit
+    /// integers or 32 KiB of workgroup memory, where it is the only filter path. The tokens are
+    /// the same; for tests and comparisons. Seeded rows with a filter are then refused
+    /// ([`crate::Error::UnsupportedRow`]), as there.
+    pub fn with_portable_filters(mut self, portable: bool) -> Self {
+        self.portable = portable || missing_feature(&self.device, FILTERED_SEEDED.source()).is_some();
         self
     }
 
@@ -721,7 +732,8 @@ impl Backend for WgpuBackend {
     }
     fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
         let kernel = if filtered { FILTERED_SEEDED } else { KernelId::SeededLogitsF32 };
-        self.missing_feature(kernel.source())
+        let forced = (filtered && self.portable).then_some("the full filter kernels (with_portable_filters)");
+        self.missing_feature(kernel.source()).or(forced)
     }
     /// Builds the pipeline of every kernel this device can run; with a pipeline cache, the
     /// driver's compiled code comes from it where an earlier start saved it.

@@ -4,7 +4,7 @@
 
 use super::softmax::{log_softmax_at, scaled_f32, temperature};
 use super::{filters, murmur, philox};
-use crate::types::{RowParams, RANK_CAP};
+use crate::types::RowParams;
 
 /// The lowest index of the largest value.
 pub fn argmax(values: &[f64]) -> usize {
@@ -74,18 +74,14 @@ pub fn seeded_in(lp: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (
 /// for a row that [hashes ranks](RowParams::hashes_ranks): the tokens `keep` accepts in the
 /// filters' order of `probs` ([`filters::order`]), rank `r` scored by the float64 log of its
 /// float32 probability `p32` plus the noise of the hash of `r`; the token at the lowest of the
-/// best ranks, whether it is valid, and its log-probability. `None` where the set holds more
-/// than [`RANK_CAP`] tokens (the kernels then race the row on the vocabulary id).
+/// best ranks, whether it is valid, and its log-probability.
 pub fn seeded_ranked_in(
     probs: &[f64],
     p32: &[f32],
     row: &RowParams,
     keep: impl Fn(usize) -> bool,
-) -> Option<(usize, bool, f64)> {
+) -> (usize, bool, f64) {
     let ranked: Vec<usize> = filters::order(probs).into_iter().filter(|&j| keep(j)).collect();
-    if ranked.len() > RANK_CAP {
-        return None;
-    }
     let lp = |j: usize| if p32[j] > 0.0 { (p32[j] as f64).ln() } else { f64::NEG_INFINITY };
     let scores: Vec<f64> = ranked
         .iter()
@@ -93,8 +89,8 @@ pub fn seeded_ranked_in(
         .map(|(r, &j)| lp(j) + murmur::gumbel(murmur::hash(row.seed(), row.offset(), r as u32)))
         .collect();
     match ranked.get(argmax(&scores)) {
-        Some(&token) => Some((token, lp(token) > f64::NEG_INFINITY, lp(token))),
-        None => Some((0, false, f64::NEG_INFINITY)),
+        Some(&token) => (token, lp(token) > f64::NEG_INFINITY, lp(token)),
+        None => (0, false, f64::NEG_INFINITY),
     }
 }
 

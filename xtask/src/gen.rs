@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 const SOURCE: &str = "xtask/src/kernels";
 
 /// Every generated file: its path relative to the workspace root and its text.
+/// What `filter_route` returns, in order: the one-read path takes the row; it may take the top-p
+/// cut for its top-p or top-k; for min-p alone.
+const ROUTE: [&str; 3] = ["one_read", "top_p_cut", "min_p_cut"];
+
 pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     let kernels = kernels::all();
     let wgpu = tuning::get(Target::Wgpu);
@@ -58,14 +62,17 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch;\n/// the WGSL merge dispatch of a kernel that splits rows ([`KernelSource::merges`]).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\npub const FLAG_MERGE: u32 = {FLAG_MERGE};\n\n"
         ));
         manifest.push_str(&format!(
-            "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
-            word::TEMPERATURE, word::MODE, word::TOP_K, word::TOP_P, word::MIN_P, word::ORDER, word::HASH, word::SEED_LO, word::OFFSET_LO
+            "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_PATH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
+            word::TEMPERATURE, word::MODE, word::TOP_K, word::TOP_P, word::MIN_P, word::ORDER, word::HASH, word::PATH, word::SEED_LO, word::OFFSET_LO
         ));
         manifest.push_str(&format!(
-            "/// The hash word's value for SGLang's rank hashing of a seeded row's filtered race (else the\n/// vocabulary id); the most kept tokens the kernels rank, and the status of a row whose set is\n/// longer (sampled on the vocabulary id's noise instead).\npub const HASH_SORTED_RANK: u32 = {};\npub const RANK_CAP: usize = {};\npub const STATUS_UNRANKED: u32 = {};\n\n",
-            kernels::abi::HASH_SORTED_RANK,
-            filters::LIST_CAP,
-            kernels::abi::STATUS_UNRANKED
+            "/// The hash word's value for SGLang's rank hashing of a seeded row's filtered race (else the\n/// vocabulary id).\npub const HASH_SORTED_RANK: u32 = {};\n\n",
+            kernels::abi::HASH_SORTED_RANK
+        ));
+        manifest.push_str(&format!(
+            "/// The path word's values that force a filtered row onto the one-read path or the filter\n/// kernels (0: the routing's choice).\npub const PATH_ONE_READ: u32 = {};\npub const PATH_FILTER_KERNEL: u32 = {};\n\n",
+            kernels::abi::PATH_ONE_READ,
+            kernels::abi::PATH_FILTER_KERNEL
         ));
         manifest.push_str(&format!(
             "/// The order word's value for top-k first (0: joint).\npub const ORDER_TOP_K_FIRST: u32 = {};\n/// The order word's value for min-p first (vLLM v1's order).\npub const ORDER_MIN_P_FIRST: u32 = {};\n/// The longest row the filter kernels take (their fixed-point masses must not overflow).\npub const FILTER_MAX_VOCAB: usize = {};\n\n",
@@ -92,6 +99,8 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     manifest.push_str(&format!(
         "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n/// The most launches (stages) any kernel takes per call.\npub const MAX_STAGES: usize = {stages};\n\n"
     ));
+    manifest.push_str(&crate::host::function(&kernels::filter_top_k::route(), "filter_route", &ROUTE)?);
+    manifest.push('\n');
     manifest.push_str(&contracts(&kernels));
     let mut kernel_entries = String::new();
     let mut functions = Functions::default();

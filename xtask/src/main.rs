@@ -13,6 +13,7 @@ mod cost;
 mod cuda;
 mod cuda_tools;
 mod gen;
+mod host;
 // The IR's whole vocabulary (f64, u64, workgroup arrays...) is there for every kernel family;
 // the ones generated so far do not use all of it.
 #[allow(dead_code)]

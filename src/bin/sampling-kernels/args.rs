@@ -5,7 +5,7 @@ use crate::input::Role;
 use crate::logprobs::Asked;
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use sampling_kernels::{FilterOrder, LogprobsMode, RowParams, SeededHash, SeededMode};
+use sampling_kernels::{FilterOrder, FilterPath, LogprobsMode, RowParams, SeededHash, SeededMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -39,6 +39,23 @@ pub enum Order {
     TopKFirst,
     /// Min-p first, then top-k, then top-p measured on what both keep, renormalized (vLLM v1).
     MinPFirst,
+}
+
+/// Which device path samples the filtered rows (`--filter-path`); every path gives the same
+/// token, and the CPU has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PathChoice {
+    /// The routing's choice, row by row.
+    Auto,
+    /// The one-read path: a candidate select per part of the row, a merge, and where top-p
+    /// needs it the cut's second read; rows it cannot decide take the filter kernel's body in
+    /// its merge launch.
+    OneRead,
+    /// The filter kernels: a radix select over the whole row, a few reads.
+    FilterKernel,
+    /// The portable filter kernel of devices without float64, 64-bit integers or 32 KiB of
+    /// workgroup memory (wgpu only; seeded rows with a filter are refused there).
+    Portable,
 }
 
 /// What the seeded sampler hashes inside the filters (`--hash`).
@@ -92,8 +109,7 @@ pub struct SampleArgs {
     #[arg(long)]
     pub seeded: bool,
     /// What --seeded hashes inside the filters: each token's vocabulary id, or its rank in the
-    /// kept set as SGLang's filtered path does (a set over 4096 tokens is then sampled on the
-    /// vocabulary id, with the status `unranked`).
+    /// kept set as SGLang's filtered path does.
     #[arg(long, value_enum, default_value = "vocab-id", requires = "seeded")]
     pub hash: Hash,
     /// How the seeded sampler reads --logprobs or --probs (both give the same token; default
@@ -112,6 +128,9 @@ pub struct SampleArgs {
     /// How the filters combine: joint (SGLang), top-k-first (FlashInfer) or min-p-first (vLLM v1).
     #[arg(long, value_enum, default_value = "joint")]
     pub order: Order,
+    /// Force the device path of the filtered rows (for checks and replaying dumps).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub filter_path: PathChoice,
     /// Also print each token's log-probability under the row's whole distribution (`null` for -inf).
     #[arg(long, conflicts_with = "draws")]
     pub return_logprob: bool,
@@ -185,8 +204,13 @@ impl SampleArgs {
             Order::TopKFirst => FilterOrder::TopKFirst,
             Order::MinPFirst => FilterOrder::MinPFirst,
         };
+        let path = match self.filter_path {
+            PathChoice::OneRead => FilterPath::OneRead,
+            PathChoice::FilterKernel => FilterPath::FilterKernel,
+            PathChoice::Auto | PathChoice::Portable => FilterPath::Auto,
+        };
         let filtered = |row: RowParams| {
-            let row = self.top_k.map_or(row, |k| row.with_top_k(k));
+            let row = self.top_k.map_or(row, |k| row.with_top_k(k)).with_filter_path(path);
             let row = self.top_p.map_or(row, |p| row.with_top_p(p));
             self.min_p.map_or(row, |p| row.with_min_p(p)).with_order(order)
         };

@@ -8,8 +8,8 @@ mod input;
 mod logprobs;
 mod tensor;
 
-use anyhow::{Context, Result};
-use args::{BackendChoice, Cli, Command, SampleArgs};
+use anyhow::{bail, Context, Result};
+use args::{BackendChoice, Cli, Command, PathChoice, SampleArgs};
 use clap::Parser;
 use input::Input;
 use sampling_kernels::{Backend, CpuBackend, CudaBackend, RowParams, WgpuBackend};
@@ -72,22 +72,18 @@ struct Token {
     logprobs: Option<logprobs::RowLogprobs>,
 }
 
-/// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw;
-/// `unranked`: a row of `--hash sorted-rank` whose set was too long to rank, sampled on the
-/// vocabulary id's noise.
+/// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw.
 #[derive(Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Status {
     Ok,
     NothingToSample,
-    Unranked,
 }
 
 impl Status {
     fn of(word: u32) -> Self {
         match word {
             0 => Status::NothingToSample,
-            sampling_kernels::STATUS_UNRANKED => Status::Unranked,
             _ => Status::Ok,
         }
     }
@@ -99,6 +95,9 @@ fn sample(args: &SampleArgs) -> Result<()> {
     let (batch, vocab) = (tensor.batch, tensor.vocab);
     let input = Input::new(role, tensor, args.mode())?;
     let job = Job { args, input, vocab, rows: args.rows(batch)?, asked: args.logprobs(batch)? };
+    // The portable filter kernel is WGSL: `auto` skips CUDA for it.
+    let portable = args.filter_path == PathChoice::Portable;
+    let wgpu = || WgpuBackend::new().map(|b| b.with_portable_filters(portable));
     match args.backend {
         // Only the CPU computes log-probabilities yet: `auto` takes it, and a named wgpu or
         // cuda backend refuses them (the library's `UnsupportedLogprobs`).
@@ -107,14 +106,16 @@ fn sample(args: &SampleArgs) -> Result<()> {
             job.run(&CpuBackend)
         }
         BackendChoice::Cpu => job.run(&CpuBackend),
-        BackendChoice::Wgpu => job.run(&WgpuBackend::new()?),
+        BackendChoice::Wgpu => job.run(&wgpu()?),
+        BackendChoice::Cuda if portable => bail!("--filter-path portable is wgpu's; CUDA has the full filter kernels"),
         BackendChoice::Cuda => job.run(&CudaBackend::new(0)?),
         BackendChoice::Auto => {
             match CudaBackend::new(0) {
+                Ok(_) if portable => eprintln!("CUDA: --filter-path portable is wgpu's; trying wgpu"),
                 Ok(b) => return job.run(&b),
                 Err(e) => eprintln!("CUDA: {e}; trying wgpu"),
             }
-            match WgpuBackend::new() {
+            match wgpu() {
                 Ok(b) => return job.run(&b),
                 Err(e) => eprintln!("wgpu: {e}; using the CPU"),
             }

@@ -2,8 +2,8 @@
 //! host's layout is checked against them at compile time), and the loops they are built on:
 //! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
 //! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
-//!   mode, the filters' four words, the seeded race's hashing and one reserved word, seed lo,
-//!   seed hi, offset lo, offset hi;
+//!   mode, the filters' four words, the seeded race's hashing, the filter path a row asks for,
+//!   seed lo, seed hi, offset lo, offset hi;
 //! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
 //! - one workgroup per row or per part of a row (rows past the grid are taken in a grid-stride
 //!   loop), each invocation taking four consecutive columns per step so one Philox block serves
@@ -29,6 +29,9 @@ pub mod word {
     /// What a seeded row with a filter hashes: the vocabulary id, or with
     /// [`super::HASH_SORTED_RANK`] the token's rank in its kept set (SGLang's filtered path).
     pub const HASH: u32 = 6;
+    /// The filter path the row asks for: 0 the routing's choice, [`super::PATH_ONE_READ`] or
+    /// [`super::PATH_FILTER_KERNEL`].
+    pub const PATH: u32 = 7;
     pub const SEED_LO: u32 = 8;
     pub const SEED_HI: u32 = 9;
     pub const OFFSET_LO: u32 = 10;
@@ -41,15 +44,16 @@ pub const MODE_SEEDED: u32 = 1;
 /// descending, ties to the lower index), as SGLang's sort-based filtered path does; any other
 /// value hashes the vocabulary id.
 pub const HASH_SORTED_RANK: u32 = 1;
+/// Path word of a row forced onto the one-read path: the host lists it there even where the
+/// path cannot decide it, so the merge's fallback (the filter kernel's body) samples it.
+pub const PATH_ONE_READ: u32 = 1;
+/// Path word of a row forced onto the filter kernels: the one-read path does not take it.
+pub const PATH_FILTER_KERNEL: u32 = 2;
 pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
 pub const FLAG_LOGPROBS: u32 = 1;
 /// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
 /// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
 pub const FLAG_STATUS: u32 = 2;
-/// The status of a row that hashes ranks but whose kept set is longer than the kernels rank
-/// on chip (`filters::LIST_CAP`): its token is the race's on the vocabulary id's noise, a valid
-/// draw from the set, not SGLang's.
-pub const STATUS_UNRANKED: u32 = 2;
 /// Flag bit 2 asks the filter kernels for the number of passes each row took.
 pub const FLAG_PASSES: u32 = 4;
 /// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
@@ -373,21 +377,10 @@ pub(super) fn clean(x: Expr) -> Expr {
 /// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its
 /// log-probability and its status (`valid`: the row had a value to sample).
 pub(super) fn write_results(b: &mut Block, tok: Expr, valid: Expr, logprob: impl FnOnce(&mut Block) -> Expr) {
-    write_results_as(b, tok, valid, u(1), logprob)
-}
-
-/// [`write_results`] with `sampled` as the status of a valid row (1, or [`STATUS_UNRANKED`]).
-pub(super) fn write_results_as(
-    b: &mut Block,
-    tok: Expr,
-    valid: Expr,
-    sampled: Expr,
-    logprob: impl FnOnce(&mut Block) -> Expr,
-) {
     let flag = |bit: u32| (param("flags") & u(bit)).ne_(u(0));
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
         b.store("tokens", var("row"), select(valid.clone(), tok, u(0)));
-        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), sampled, u(0))));
+        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), u(1), u(0))));
     });
     // The log-probability may need collectives, so every invocation takes this (uniform) branch.
     b.if_(flag(FLAG_LOGPROBS), |b| {

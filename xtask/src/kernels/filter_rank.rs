@@ -15,9 +15,12 @@
 //!    larger keys: one read finds it, and one more before it counts each invocation's tokens of
 //!    that key where several share it.
 //!
-//! The key list holds [`LIST_CAP`] tokens. A longer set is raced on the vocabulary id as the
-//! default hashing does, with the status `abi::STATUS_UNRANKED`: a valid token from the set,
-//! never a wrong one passed off as SGLang's. The one-read path ranks its candidates itself
+//! The key list holds [`LIST_CAP`] tokens. A longer set is ranked a chunk at a time, from the
+//! largest keys down ([`race_long`]): each chunk is the keys of a range that holds at most
+//! [`LIST_CAP`] of the set's tokens, found by histograms of the keys' bytes from the top, each a
+//! read of the row; the chunk is listed, sorted and raced on its ranks after the chunks before
+//! it. A single key with more tokens than the list needs no list: its ranks follow one another,
+//! all with one log-probability. The one-read path ranks its candidates itself
 //! (`filter_top_k.rs`); the top-p cut and the split kernels never take these rows.
 
 use super::abi::{row_is_ranked, NONE};
@@ -29,6 +32,19 @@ use crate::ir::*;
 
 /// The atomic workgroup counter the kept tokens take their list places from.
 pub(super) const COUNT: &str = "rank_count";
+/// The long race's atomic workgroup array: a histogram of [`DIGITS`] counts of a key byte, then
+/// the words invocation 0 publishes from it ([`LOW`] and after).
+pub(super) const BINS: &str = "rank_bins";
+/// The bins of a histogram: one byte of a key.
+const DIGITS: u32 = 256;
+/// Words of [`BINS`] after the histogram: the lowest bin of the chunk (or [`DIGITS`]: none), the
+/// chunk's tokens, the bin past the chunk and its tokens; at the end the winner's key and the
+/// rank of its key's first token.
+const LOW: u32 = DIGITS;
+const TAKEN: u32 = DIGITS + 1;
+const NEXT: u32 = DIGITS + 2;
+const NEXT_COUNT: u32 = DIGITS + 3;
+pub(super) const BINS_WORDS: u32 = DIGITS + 4;
 /// Reads of the row this race takes beyond the race sweep it replaces: the count of the
 /// winner's key and the read that finds its token.
 pub const READS: u32 = 2;
@@ -41,9 +57,6 @@ pub(super) struct Ranked {
     /// The row was raced on its ranks: `col` is its token (`NONE` where its set is empty).
     pub done: Expr,
     pub col: Expr,
-    /// The row hashes ranks, but its set is longer than the list: the caller races it on the
-    /// vocabulary id.
-    pub over: Expr,
 }
 
 /// The race on ranks of a row that hashes them (after the select, `set_bounds` declared): see
@@ -51,7 +64,6 @@ pub(super) struct Ranked {
 /// `sample_filtered` gives this kernel too) among them: SGLang hashes its ids.
 pub(super) fn race(b: &mut Block, input: Input) -> Ranked {
     let done = b.let_("rank_done", Ty::Bool, boolean(false));
-    let over = b.let_("rank_over", Ty::Bool, boolean(false));
     let col = b.let_("rank_col", Ty::U32, u(NONE));
     b.if_(row_is_ranked().and(var("filtered")), |b| {
         let n = gather(b, input);
@@ -60,23 +72,28 @@ pub(super) fn race(b: &mut Block, input: Input) -> Ranked {
             |b| {
                 sort(b, n.clone());
                 let rank = race_ranks(b, input, n.clone());
-                let token = token_at(b, input, rank, n);
+                let token = token_at(b, input, rank, n.clone());
                 b.set("rank_col", token);
-                b.set("rank_done", boolean(true));
             },
             |b| {
-                // The race on the vocabulary id sums the row's mass again.
-                b.set("rank_over", boolean(true));
-                b.set("all_mass", Expr::Lit(Lit::U64(0)));
+                let token = race_long(b, input, n.clone());
+                b.set("rank_col", token);
             },
         );
+        b.set("rank_done", boolean(true));
     });
-    Ranked { done, col, over }
+    Ranked { done, col }
 }
 
 /// One read of the row: the keys of the tokens in `S` into the list (those past its end only
 /// counted); returns how many there are.
 fn gather(b: &mut Block, input: Input) -> Expr {
+    list_keys(b, input, boolean(true), "rank_n")
+}
+
+/// One read of the row: the keys of the tokens in `S` for which `inside` holds (of `key`) into
+/// the list, those past its end only counted; returns how many there are, in `out`.
+fn list_keys(b: &mut Block, input: Input, inside: Expr, out: &str) -> Expr {
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store_shared(COUNT, u(0), u(0)));
     b.barrier();
     sweep_set(
@@ -84,14 +101,14 @@ fn gather(b: &mut Block, input: Input) -> Expr {
         input,
         |_, _| {},
         |b, _, _, keep| {
-            b.if_(keep, |b| {
+            b.if_(keep.and(inside.clone()), |b| {
                 let at = b.atomic_add(COUNT, u(0), u(1), "rank_at");
                 b.if_(at.clone().lt(u(LIST_CAP)), |b| b.store_shared(LIST, at, var("key")));
             });
         },
     );
     b.barrier();
-    b.uniform(load_shared(COUNT, u(0)), "rank_n")
+    b.uniform(load_shared(COUNT, u(0)), out)
 }
 
 /// Sorts the list's first `n` keys, largest first: a bitonic sort over the next power of two,
@@ -164,6 +181,13 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
     let outs = ["rk_above_n".to_string(), "rk_same_n".to_string()];
     b.sum_many(Ty::U32, vec![var("rk_above"), var("rk_same")], &outs);
     let t = b.let_("rk_t", Ty::U32, rank.clone() - var("rk_above_n"));
+    let found = column_of_key(b, input, won, t, var("rk_same_n").gt(u(1)));
+    select(rank.lt(u(NONE)).and(found.clone().gt(u(0))), u(NONE) - found, u(NONE))
+}
+
+/// `NONE` less the column of the `t`-th token (in index order) of the key `won`, or 0 where there
+/// is none; `many` where more than one token may have the key, which takes one more read.
+fn column_of_key(b: &mut Block, input: Input, won: Expr, t: Expr, many: Expr) -> Expr {
     // The key alone picks out its tokens (no NaN or -inf has a kept key). A read in chunks, in
     // index order.
     let each_of_key = |b: &mut Block, on: &dyn Fn(&mut Block, Expr)| {
@@ -179,7 +203,7 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
         )
     };
     b.let_("rk_start", Ty::U32, u(0));
-    b.if_(var("rk_same_n").gt(u(1)), |b| {
+    b.if_(many.clone(), |b| {
         b.let_("rk_mine", Ty::U32, u(0));
         each_of_key(b, &|b, _| b.set("rk_mine", var("rk_mine") + u(1)));
         let start = b.scan(var("rk_mine"), "rk_before");
@@ -192,13 +216,199 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
     // workgroup finds the lowest match (0: none).
     b.let_("rk_seen", Ty::U32, var("rk_start"));
     b.let_("rk_found", Ty::U32, u(0));
-    let first = var("rk_same_n").le(u(1));
+    let first = many.not();
     each_of_key(b, &|b, col| {
         b.if_(first.clone().or(var("rk_seen").eq_(t.clone())), |b| {
             b.set("rk_found", var("rk_found").max(u(NONE) - col))
         });
         b.set("rk_seen", var("rk_seen") + u(1));
     });
-    let found = b.reduce(ReduceOp::Max, Ty::U32, var("rk_found"), "rk_found_all");
-    select(rank.lt(u(NONE)).and(found.clone().gt(u(0))), u(NONE) - found, u(NONE))
+    b.reduce(ReduceOp::Max, Ty::U32, var("rk_found"), "rk_found_all")
+}
+
+/// The race on the ranks of a set of `n` tokens, more than the list holds (see the module): its
+/// token's column. Each chunk reads the row once for each byte of the keys its range needs (one
+/// to four) and once to list its keys; the winner's column takes one or two reads more.
+fn race_long(b: &mut Block, input: Input, n: Expr) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    declare_best64(b, "rl");
+    b.let_("rl_key", Ty::U32, u(0));
+    b.let_("rl_first", Ty::U32, u(0));
+    // `sweep_set` adds the row's mass as it reads, which the caller takes from one read.
+    let mass = b.let_("rl_mass", Ty::U64, var("all_mass"));
+    let (r0, hi) = (b.let_("rl_r0", Ty::U32, u(0)), b.let_("rl_hi", Ty::U32, u(u32::MAX)));
+    // Every chunk ranks a token at least, so `n` chunks are enough; most sets take a few.
+    b.for_("rl_chunk", u(0), n.clone(), u(1), |b, _| {
+        b.if_(r0.clone().ge(n.clone()), |b| b.stmts.push(Stmt::Break));
+        let (lo, count, run) = chunk(b, input, hi.clone(), mass.clone());
+        b.if_else(
+            run,
+            |b| {
+                // One key: ranks `r0 ..= r0 + count - 1`, one log-probability.
+                let v = b.let_("rl_v", Ty::F32, key_value(lo.clone()));
+                let lp = b.let_("rl_lp", Ty::F64, values::seeded_log(input, v.clone(), v));
+                b.for_("rl_i", lid.clone(), count.clone(), bs.clone(), |b, i| {
+                    let r = b.let_("rl_r", Ty::U32, r0.clone() + i);
+                    let s = score64(b, lp.clone(), r.clone());
+                    keep_lower_key(b, s, r, lo.clone(), r0.clone());
+                });
+            },
+            |b| {
+                list_range(b, input, lo.clone(), hi.clone(), mass.clone());
+                sort(b, count.clone());
+                b.for_("rl_i", lid.clone(), count.clone(), bs.clone(), |b, i| {
+                    let k = b.let_("rl_k", Ty::U32, load_shared(LIST, i.clone()));
+                    let v = b.let_("rl_v", Ty::F32, key_value(k.clone()));
+                    let s = score64(b, values::seeded_log(input, v.clone(), v), r0.clone() + i.clone());
+                    let better = s.clone().gt(var("bestrl64"));
+                    b.if_(better, |b| {
+                        let first = first_of(b, k.clone(), count.clone());
+                        keep_lower_key(b, s, r0.clone() + i, k, r0.clone() + first);
+                    });
+                });
+                b.barrier();
+            },
+        );
+        b.set("rl_r0", r0.clone() + count);
+        b.set("rl_hi", lo);
+    });
+    let (_, rank) = b.argmax_of(Ty::F64, var("bestrl64"), var("bestrl64_i"), "rl_win", "rl_rank");
+    // The winning invocation publishes its key and the rank of the key's first token.
+    b.if_(var("bestrl64_i").eq_(rank.clone()), |b| {
+        b.store_shared(BINS, u(LOW), var("rl_key"));
+        b.store_shared(BINS, u(TAKEN), var("rl_first"));
+    });
+    b.barrier();
+    let won = b.uniform(load_shared(BINS, u(LOW)), "rl_won");
+    let first = b.uniform(load_shared(BINS, u(TAKEN)), "rl_won_first");
+    let found = column_of_key(b, input, won, rank - first, boolean(true));
+    select(found.clone().gt(u(0)), u(NONE) - found, u(NONE))
+}
+
+/// `bestrl64` and its rank take `(score, rank)` where it scores higher, or the same at a lower
+/// rank, with the rank's key and its key's first rank.
+fn keep_lower_key(b: &mut Block, score: Expr, rank: Expr, key: Expr, first: Expr) {
+    let better = score
+        .clone()
+        .gt(var("bestrl64"))
+        .or(score.clone().eq_(var("bestrl64")).and(rank.clone().lt(var("bestrl64_i"))));
+    b.if_(better, |b| {
+        b.set("bestrl64", score);
+        b.set("bestrl64_i", rank);
+        b.set("rl_key", key);
+        b.set("rl_first", first);
+    });
+}
+
+/// The first place of `key` in the sorted list's `n` keys (largest first): a binary search.
+fn first_of(b: &mut Block, key: Expr, n: Expr) -> Expr {
+    let (lo, hi) = (b.let_("fo_lo", Ty::U32, u(0)), b.let_("fo_hi", Ty::U32, n));
+    b.for_("fo_step", u(0), u(LOG_CAP + 1), u(1), |b, _| {
+        b.if_(lo.clone().lt(hi.clone()), |b| {
+            let mid = b.let_("fo_mid", Ty::U32, (lo.clone() + hi.clone()) >> u(1));
+            b.if_else(
+                load_shared(LIST, mid.clone()).gt(key.clone()),
+                |b| b.set("fo_lo", mid.clone() + u(1)),
+                |b| b.set("fo_hi", mid.clone()),
+            );
+        });
+    });
+    lo
+}
+
+/// The next chunk of the set below the key `hi` (exclusive): `(lo, count, run)`, its lowest key,
+/// its tokens and whether it is one key of more tokens than the list holds. One histogram of a
+/// key byte a level, from the top: the bins from the top that fit the list together are the
+/// chunk; where the top bin alone does not fit, its next byte is counted (a fourth byte's bin is
+/// one key, a run). Uniform over the workgroup.
+fn chunk(b: &mut Block, input: Input, hi: Expr, mass: Expr) -> (Expr, Expr, Expr) {
+    let lid = builtin(Builtin::LocalId);
+    let base = b.let_("ch_base", Ty::U32, u(0));
+    let found = b.let_("ch_found", Ty::Bool, boolean(false));
+    let (lo, count) = (b.let_("ch_lo", Ty::U32, u(0)), b.let_("ch_count", Ty::U32, u(0)));
+    let run = b.let_("ch_run", Ty::Bool, boolean(false));
+    b.for_("ch_level", u(0), u(4), u(1), |b, level| {
+        b.if_(found.clone().not(), |b| {
+            let shift = b.let_("ch_shift", Ty::U32, u(24) - level.clone() * u(8));
+            b.for_("ch_i", lid.clone(), u(DIGITS), builtin(Builtin::BlockSize), |b, i| b.store_shared(BINS, i, u(0)));
+            b.barrier();
+            // The keys below `hi` whose bytes above this level's are `base`'s (a shift of 32
+            // taken as 0: every key, which the first level counts).
+            let above = (shift.clone() + u(8)) & u(31);
+            let same = level.clone().eq_(u(0)).or(((var("key") ^ base.clone()) >> above).eq_(u(0)));
+            sweep_set(
+                b,
+                input,
+                |_, _| {},
+                |b, _, _, keep| {
+                    b.if_(keep.and(var("key").lt(hi.clone())).and(same.clone()), |b| {
+                        let digit = (var("key") >> shift.clone()) & u(DIGITS - 1);
+                        b.atomic_add(BINS, digit, u(1), "ch_old");
+                    });
+                },
+            );
+            b.set("all_mass", mass.clone());
+            b.barrier();
+            b.if_(lid.clone().eq_(u(0)), |b| walk_bins(b));
+            b.barrier();
+            let low = b.uniform(load_shared(BINS, u(LOW)), "ch_low");
+            let taken = b.uniform(load_shared(BINS, u(TAKEN)), "ch_taken");
+            let next = b.uniform(load_shared(BINS, u(NEXT)), "ch_next");
+            let next_count = b.uniform(load_shared(BINS, u(NEXT_COUNT)), "ch_next_count");
+            b.if_else(
+                low.clone().lt(u(DIGITS)),
+                |b| {
+                    b.set("ch_lo", base.clone() | (low << shift.clone()));
+                    b.set("ch_count", taken);
+                    b.set("ch_found", boolean(true));
+                },
+                |b| {
+                    b.set("ch_base", base.clone() | (next << shift.clone()));
+                    b.if_(level.clone().eq_(u(3)), |b| {
+                        b.set("ch_lo", base.clone());
+                        b.set("ch_count", next_count);
+                        b.set("ch_run", boolean(true));
+                        b.set("ch_found", boolean(true));
+                    });
+                },
+            );
+        });
+    });
+    (lo, count, run)
+}
+
+/// Invocation 0's walk of the histogram from the top bin down: the bins that fit the list
+/// together ([`LOW`], the lowest, and [`TAKEN`], their tokens), and the first that does not
+/// ([`NEXT`], [`NEXT_COUNT`]).
+fn walk_bins(b: &mut Block) {
+    let (taken, low) = (b.let_("wb_taken", Ty::U32, u(0)), b.let_("wb_low", Ty::U32, u(DIGITS)));
+    let (stop, next) = (b.let_("wb_stop", Ty::Bool, boolean(false)), b.let_("wb_next", Ty::U32, u(0)));
+    b.for_("wb_i", u(0), u(DIGITS), u(1), |b, i| {
+        let bin = b.let_("wb_bin", Ty::U32, u(DIGITS - 1) - i);
+        let c = b.let_("wb_c", Ty::U32, load_shared(BINS, bin.clone()));
+        b.if_(stop.clone().not().and(c.clone().gt(u(0))), |b| {
+            b.if_else(
+                (taken.clone() + c.clone()).le(u(LIST_CAP)),
+                |b| {
+                    b.set("wb_taken", taken.clone() + c.clone());
+                    b.set("wb_low", bin.clone());
+                },
+                |b| {
+                    b.set("wb_stop", boolean(true));
+                    b.set("wb_next", bin.clone());
+                },
+            );
+        });
+    });
+    b.store_shared(BINS, u(LOW), low);
+    b.store_shared(BINS, u(TAKEN), taken);
+    b.store_shared(BINS, u(NEXT_COUNT), load_shared(BINS, next.clone()));
+    b.store_shared(BINS, u(NEXT), next);
+}
+
+/// One read of the row: the keys of the set's tokens in `[lo, hi)` into the list.
+fn list_range(b: &mut Block, input: Input, lo: Expr, hi: Expr, mass: Expr) {
+    let inside = var("key").ge(lo).and(var("key").lt(hi));
+    list_keys(b, input, inside, "rl_listed");
+    b.set("all_mass", mass);
 }

@@ -230,7 +230,7 @@ fn combine(b: &mut Block, input: Input) {
         let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
         let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
         let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
-        set_results(b, input, tok32, tok64, summed, u(1));
+        set_results(b, input, tok32, tok64, summed);
     });
 }
 

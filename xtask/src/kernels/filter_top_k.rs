@@ -43,14 +43,15 @@
 
 use super::abi::{
     atomic_partials_buffer, buffer, for_each_row_group_at, for_each_row_part_at, kernel, part_buffers, quads_per_part,
-    row_is_ranked, row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_CUT_HERE, FLAG_PASSES, PARTS_SHIFT,
+    row_is_ranked, row_is_seeded, row_temperature, row_word, word, write_results, Dtype, PhiloxKey, FLAG_CUT_HERE,
+    FLAG_PASSES, PARTS_SHIFT, PATH_FILTER_KERNEL,
 };
 use super::filter_min_p::{self, keeps};
 use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
-    takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP,
+    row_is_filtered, takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP,
 };
 use super::math::is_finite;
 use super::seeded::score64;
@@ -167,9 +168,9 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     // The cut races the tokens above its range where they lie, unranked: a row that hashes
     // ranks takes the filter kernel's body instead (`filter_rank.rs`), and so does min-p first
     // with min-p and top-p (the merge measures top-p on the top-k mass, not on what min-p
-    // keeps of it).
+    // keeps of it). A row forced onto the filter kernels (its path word) is not taken either.
     let taken = var("filtered").and(by_k.or(capped.clone())).and(fits).and(cut.clone().and(row_is_ranked()).not());
-    let taken = taken.and(var("mp_first").not());
+    let taken = taken.and(var("mp_first").not()).and(row_word(word::PATH).ne_(u(PATH_FILTER_KERNEL)));
     let one = b.let_("one_read", Ty::Bool, taken);
     b.let_("top_p_cut", Ty::Bool, one.clone().and(cut.clone()));
     // Min-p alone takes the cut where its parts find its set longer than their lists
@@ -177,6 +178,23 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let min_p_cut = one.clone().and(capped).and(cut.not()).and(row_is_ranked().not());
     b.let_("min_p_cut", Ty::Bool, min_p_cut);
     one
+}
+
+/// The routing of a row with a filter, for the host (`host.rs` lowers it to Rust): the record's
+/// words and the vocabulary decide, as in every kernel of the path ([`one_read_row`]), whether
+/// the path takes the row, and whether it may take the top-p cut for its top-p or top-k, or for
+/// min-p alone. `parts` is the path's parts per row (`ceil(vocab / PART_COLS)`).
+pub fn route() -> Kernel {
+    let mut b = Block::new();
+    b.let_("row", Ty::U32, u(0));
+    row_temperature(&mut b);
+    row_is_filtered(&mut b);
+    b.let_("parts", Ty::U32, param("parts"));
+    one_read_row(&mut b);
+    let doc = "The kernels' routing of a row record (`filter_top_k::route`): whether the one-read path takes\nthe row, and whether it may take the top-p cut for its top-p or top-k, or for min-p alone.";
+    let mut k = kernel("filter_route".into(), doc, 0, vec![buffer("rows", Storage::U32, false)], vec![], b);
+    k.params = vec!["vocab".into(), "parts".into()];
+    k
 }
 
 /// Word `k` of part `p`'s slot of the row in slot `row_slot` of its launch's row loop.

@@ -43,8 +43,7 @@
 
 use super::abi::{
     buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_ranked, row_is_seeded, row_temperature,
-    row_word, scaled, word, write_results_as, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
-    NO_TOP_K, STATUS_UNRANKED,
+    row_word, scaled, word, write_results, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, NO_TOP_K,
 };
 use super::filter_rank;
 use super::filter_values as values;
@@ -251,11 +250,13 @@ pub(super) fn element(b: &mut Block, input: Input, x: Expr) {
 /// the sign bit of the rest. -inf gets `0x007f_ffff`; no value gets 0, which the one-read path
 /// uses for "no token". -0 is +0 first: the two are one value (tied, as the oracle has them), and
 /// a maximum of either sign must key at or above every value (a part whose largest came out as
-/// -0 once left out its +0: no token at all).
+/// -0 once left out its +0: no token at all). The test is on the bits, which no compiler's
+/// float rules (signed zeros not honoured, say) may fold away.
 pub(super) fn order_key(v: Expr) -> Expr {
-    let v = select(v.clone().eq_(f(0.0)), f(0.0), v);
+    let bits = v.bitcast(Ty::U32);
+    let bits = select(bits.clone().eq_(u(0x8000_0000)), u(0), bits);
     // Every bit flipped where the sign bit is set, else the sign bit alone.
-    v.clone().bitcast(Ty::U32) ^ (top_bit_filled(v) | u(0x8000_0000))
+    bits.clone() ^ (top_bit_filled(bits) | u(0x8000_0000))
 }
 
 /// The f32 value of an [`order_key`].
@@ -770,14 +771,13 @@ pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: 
 }
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
-/// A seeded row that hashes ranks races on its ranks instead where its set fits on chip
-/// (`filter_rank.rs`), and otherwise on the vocabulary id, its status saying so.
+/// A seeded row that hashes ranks races on its ranks instead (`filter_rank.rs`).
 fn sample_in_set(b: &mut Block, input: Input, build: Build) {
     if build == Build::Portable {
         race_in_set(b, input, boolean(false), build);
         let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
         let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
-        return set_results(b, input, tok32.clone(), tok32, summed, u(1));
+        return set_results(b, input, tok32.clone(), tok32, summed);
     }
     let ranked = filter_rank::race(b, input);
     race_in_set(b, input, ranked.done.clone(), build);
@@ -785,7 +785,7 @@ fn sample_in_set(b: &mut Block, input: Input, build: Build) {
     let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
     let tok64 = select(ranked.done, ranked.col, tok64);
     let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
-    set_results(b, input, tok32, tok64, summed, select(ranked.over, u(STATUS_UNRANKED), u(1)));
+    set_results(b, input, tok32, tok64, summed);
 }
 
 /// `best`, `best_i` (the f32 race) and `best64`, `best64_i` (the float64 one), nothing kept yet.
@@ -882,14 +882,14 @@ fn race_sweep(b: &mut Block, input: Input, seeded: bool) {
 /// one) and, for rows without a select, the mass `summed` by the race: the token, its
 /// log-probability under the whole row (as on the plain path), its status (`sampled` where it
 /// has a token) and the pass count.
-pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr, sampled: Expr) {
+pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr) {
     let seeded = row_is_seeded();
     let tok = b.let_("tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
     // The row's mass: from the select's first pass, or summed by the race where none ran.
     let all = select(var("searched"), var("row_mass"), summed);
-    write_results_as(b, tok, valid, sampled, |b| match input {
+    write_results(b, tok, valid, |b| match input {
         // Under softmax(l / T) of the whole row, like the plain path's.
         Input::Logits(_) => {
             let w = b.let_("row_w", Ty::F32, call(FIXED_F32, vec![all]));
@@ -1009,6 +1009,7 @@ pub(super) fn filter_shared(build: Build) -> Vec<SharedDecl> {
     ];
     if build == Build::Full {
         arrays.insert(1, SharedDecl::atomic(filter_rank::COUNT, 1));
+        arrays.insert(2, SharedDecl::atomic(filter_rank::BINS, filter_rank::BINS_WORDS));
     }
     arrays
 }
