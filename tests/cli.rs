@@ -322,13 +322,90 @@ fn rows_of_nan_say_nothing_to_sample() {
 
 /// Writes an `.npy` of `shape` filled with `value` into the test's scratch folder.
 fn scratch_npy<T: npyz::AutoSerialize + Copy>(name: &str, shape: &[u64], value: T) -> String {
+    scratch_npy_of(name, shape, std::iter::repeat_n(value, shape.iter().product::<u64>() as usize))
+}
+
+/// Writes an `.npy` of `shape` holding `values` (C order) into the test's scratch folder.
+fn scratch_npy_of<T: npyz::AutoSerialize>(name: &str, shape: &[u64], values: impl IntoIterator<Item = T>) -> String {
     use npyz::WriterBuilder;
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let file = std::fs::File::create(&path).unwrap();
     let mut writer = npyz::WriteOptions::new().default_dtype().shape(shape).writer(file).begin_nd().unwrap();
-    writer.extend(std::iter::repeat_n(value, shape.iter().product::<u64>() as usize)).unwrap();
+    writer.extend(values).unwrap();
     writer.finish().unwrap();
     path.display().to_string()
+}
+
+/// Writes `text` into the test's scratch folder.
+fn scratch_text(name: &str, text: &str) -> String {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The logits stage's flags replay an engine's inputs from files, on the CPU (which `--backend
+/// auto` takes for them), and the greedy tokens are those of the stage's formulas applied here
+/// by hand to the shipped 4 x 32 logits (docs/logits-stage.md, vLLM's order): a logit bias per
+/// row; a bitmask (one row allowing two tokens, one nothing); repetition 1.5 over prompt and
+/// output, then frequency 0.5 and presence 0.25 over the output, on each row's own largest
+/// token; banned ids. wgpu refuses the stage, naming it, and `--help` gives each file's format.
+#[test]
+fn logits_stage_flags_replay_an_engines_inputs() {
+    let npy = data("logits_small.npy");
+    let logits: Vec<f32> = npyz::NpyFile::new(std::fs::File::open(&npy).unwrap()).unwrap().into_vec().unwrap();
+    let rows: Vec<&[f32]> = logits.chunks(32).collect();
+    let greedy = |row: &[f32]| (0..row.len()).fold(0, |best, j| if row[j] > row[best] { j } else { best }) as u64;
+    let run = |flags: &[&str]| tokens(&[&["--logits", &npy, "--temperature", "0"][..], flags].concat());
+    let top: Vec<u64> = rows.iter().map(|r| greedy(r)).collect();
+    let bias = scratch_text("bias.json", r#"[{"3": 50.0}, {}, {"31": 50.0, "0": -1000.0}, {"7": -0.0}]"#);
+    assert_eq!(run(&["--logit-bias", &bias]), [3, top[1], 31, top[3]]);
+    let everything = scratch_text("bias_all.json", r#"{"12": 1000.0}"#);
+    assert_eq!(run(&["--logit-bias", &everything]), [12; 4]);
+    // Row 0 allows tokens 1 and 2, row 1 nothing, rows 2 and 3 all (-1: every bit).
+    let mask = scratch_npy_of("mask.npy", &[4, 1], [0b110i32, 0, -1, -1]);
+    let lines = lines(&["--logits", &npy, "--temperature", "0", "--bitmask", &mask]);
+    let pair = if rows[0][2] > rows[0][1] { 2 } else { 1 };
+    assert_eq!(lines[0]["token"], pair);
+    assert_eq!((&lines[1]["token"], &lines[1]["status"]), (&Value::from(0), &Value::from("nothing_to_sample")));
+    assert_eq!((lines[2]["token"].as_u64(), lines[3]["token"].as_u64()), (Some(top[2]), Some(top[3])));
+    // Each row's largest token was in its prompt and twice in its output, and token 0 is banned.
+    let ids: Vec<String> =
+        top.iter().map(|t| format!(r#"{{"prompt": [{t}], "output": [{t}, {t}], "banned": [0]}}"#)).collect();
+    let ids = scratch_text("ids.json", &format!("[{}]", ids.join(", ")));
+    let penalties = ["--repetition-penalty", "1.5", "--frequency-penalty", "0.5", "--presence-penalty", "0.25"];
+    let want: Vec<u64> = rows
+        .iter()
+        .zip(&top)
+        .map(|(row, &t)| {
+            let mut x = row.to_vec();
+            let v = x[t as usize];
+            x[t as usize] = (if v > 0.0 { v / 1.5 } else { v * 1.5 }) - 0.5 * 2.0 - 0.25;
+            x[0] = f32::NEG_INFINITY;
+            greedy(&x)
+        })
+        .collect();
+    assert_eq!(run(&[&penalties[..], &["--token-ids", &ids]].concat()), want);
+    // Banning each row's largest token leaves its second.
+    let banned: Vec<String> = top.iter().map(|t| format!(r#"{{"banned": [{t}]}}"#)).collect();
+    let banned = scratch_text("banned.json", &format!("[{}]", banned.join(", ")));
+    let second: Vec<u64> = rows
+        .iter()
+        .zip(&top)
+        .map(|(row, &t)| {
+            let mut x = row.to_vec();
+            x[t as usize] = f32::NEG_INFINITY;
+            greedy(&x)
+        })
+        .collect();
+    assert_eq!(run(&["--token-ids", &banned]), second);
+    common::on("wgpu", "cli_wgpu_refuses_the_stage", common::wgpu(), |_| {
+        let refused = cli(&["--logits", &npy, "--logit-bias", &bias, "--backend", "wgpu"]);
+        assert!(!refused.ok && refused.stderr.contains("logit bias"), "{}", refused.stderr);
+    });
+    let help = cli(&["--help"]).stdout;
+    assert!(["--logit-bias", "--bitmask", "--token-ids", "--nan-as-finite", "int32"].iter().all(|f| help.contains(f)));
+    // The penalties need the tokens they count.
+    assert!(!cli(&["--logits", &npy, "--frequency-penalty", "0.5"]).ok);
 }
 
 #[test]

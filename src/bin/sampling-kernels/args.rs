@@ -3,9 +3,10 @@
 
 use crate::input::Role;
 use crate::logprobs::Asked;
+use crate::stage::{Flags, Stage};
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use sampling_kernels::{FilterOrder, FilterPath, LogprobsMode, RowParams, SeededHash, SeededMode};
+use sampling_kernels::{FilterOrder, FilterPath, LogprobsMode, RowParams, SeededHash, SeededMode, StageRow};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -56,6 +57,15 @@ pub enum PathChoice {
     /// The portable filter kernel of devices without float64, 64-bit integers or 32 KiB of
     /// workgroup memory (wgpu only; seeded rows with a filter are refused there).
     Portable,
+}
+
+/// Whose order and float32 arithmetic the logits stage follows (`--definitions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Definitions {
+    /// vLLM v1: bitmask and bans, logit bias, then the penalties; repetition over prompt and output.
+    Vllm,
+    /// SGLang: its penalizers' order and arithmetic (docs/logits-stage.md).
+    Sglang,
 }
 
 /// What the seeded sampler hashes inside the filters (`--hash`).
@@ -128,6 +138,37 @@ pub struct SampleArgs {
     /// How the filters combine: joint (SGLang), top-k-first (FlashInfer) or min-p-first (vLLM v1).
     #[arg(long, value_enum, default_value = "joint")]
     pub order: Order,
+    /// Logit bias, as OpenAI's `logit_bias`: a JSON object from token id (a string) to the bias
+    /// added to that token's logit, for every row, or a list of such objects, one per row.
+    #[arg(long, value_name = "FILE", requires = "logits", conflicts_with = "draws")]
+    pub logit_bias: Option<PathBuf>,
+    /// The grammar's allowed tokens, xgrammar's packed bitmask in .npy: int32 (or uint32) of
+    /// shape [batch, ceil(vocab / 32)], or [ceil(vocab / 32)] for every row; bit j % 32 of word
+    /// j / 32 set allows token j. A row that allows nothing samples nothing.
+    #[arg(long, value_name = "FILE", requires = "logits", conflicts_with = "draws")]
+    pub bitmask: Option<PathBuf>,
+    /// Repetition penalty, one or one per row (1: none): a positive logit of a token seen in the
+    /// prompt or output (see --definitions) is divided by it, a negative one multiplied.
+    #[arg(long, value_delimiter = ',', requires = "token_ids")]
+    pub repetition_penalty: Vec<f32>,
+    /// Frequency penalty, one or one per row: `freq * count` is taken from the logit of a token
+    /// generated `count` times.
+    #[arg(long, value_delimiter = ',', requires = "token_ids")]
+    pub frequency_penalty: Vec<f32>,
+    /// Presence penalty, one or one per row: taken from the logit of every generated token.
+    #[arg(long, value_delimiter = ',', requires = "token_ids")]
+    pub presence_penalty: Vec<f32>,
+    /// The rows' tokens: a JSON object {"prompt": [ids], "output": [ids], "banned": [ids]} (each
+    /// key optional) for every row, or a list of them, one per row. The penalties count
+    /// "prompt" and "output"; "banned" ids are set to -inf (min-tokens' stop ids).
+    #[arg(long, value_name = "FILE", requires = "logits", conflicts_with = "draws")]
+    pub token_ids: Option<PathBuf>,
+    /// Replace NaN logits by -1e5 after the stage, as SGLang's --enable-nan-detection does.
+    #[arg(long, requires = "logits", conflicts_with = "draws")]
+    pub nan_as_finite: bool,
+    /// Whose order and arithmetic the stage follows.
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub definitions: Definitions,
     /// Force the device path of the filtered rows (for checks and replaying dumps).
     #[arg(long, value_enum, default_value = "auto")]
     pub filter_path: PathChoice,
@@ -185,6 +226,38 @@ impl SampleArgs {
         }
         let mode = self.logprobs_mode.unwrap_or_default();
         Asked::new(mode, &self.top_logprobs, self.logprob_ids.as_deref(), batch).map(Some)
+    }
+
+    /// The logits stage of `batch` rows of `vocab` columns, where any of its flags is given.
+    /// Only the CPU applies it yet.
+    pub fn stage(&self, batch: usize, vocab: usize) -> Result<Option<Stage>> {
+        let penalties = [&self.repetition_penalty, &self.frequency_penalty, &self.presence_penalty];
+        let files = [&self.logit_bias, &self.bitmask, &self.token_ids];
+        if penalties.iter().all(|p| p.is_empty()) && files.iter().all(|f| f.is_none()) && !self.nan_as_finite {
+            return Ok(None);
+        }
+        let values = |flag: &str, values: &[f32], none: f32| match values {
+            [] => Ok(vec![none; batch]),
+            v => per_row(flag, v, batch),
+        };
+        let repetition = values("--repetition-penalty", &self.repetition_penalty, 1.0)?;
+        let frequency = values("--frequency-penalty", &self.frequency_penalty, 0.0)?;
+        let presence = values("--presence-penalty", &self.presence_penalty, 0.0)?;
+        let base = match self.definitions {
+            Definitions::Vllm => StageRow::vllm(),
+            Definitions::Sglang => StageRow::sglang(),
+        };
+        let rows = (0..batch)
+            .map(|r| base.with_repetition(repetition[r]).with_frequency(frequency[r]).with_presence(presence[r]))
+            .collect();
+        let flags = Flags {
+            rows,
+            bias: self.logit_bias.as_deref(),
+            ids: self.token_ids.as_deref(),
+            bitmask: self.bitmask.as_deref(),
+            nan_as_finite: self.nan_as_finite,
+        };
+        Stage::new(flags, batch, vocab).map(Some)
     }
 
     pub fn mode(&self) -> SeededMode {

@@ -51,7 +51,7 @@ pub fn histogram<B: Backend>(
     while step < draws {
         let end = draws.min(step + per_launch as u64);
         let rows: Vec<RowParams> = (step..end).map(|i| params.with_offset(params.offset() + i)).collect();
-        let got = repeated.sample(backend, vocab, &rows, false, None)?;
+        let got = repeated.sample(backend, vocab, &rows, false, None, None)?;
         for (token, status) in got.tokens.into_iter().zip(got.status) {
             if status == 0 {
                 nothing_to_sample += 1;

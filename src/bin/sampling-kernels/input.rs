@@ -3,6 +3,7 @@
 //! buffers (`Vec`s), so the oracle reads them as they are and other backends get an upload.
 
 use crate::logprobs::{Asked, Buffers, Returned};
+use crate::stage::Stage;
 use crate::tensor::{Tensor, Values};
 use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
@@ -110,6 +111,7 @@ impl<B: Backend> Input<B> {
         rows: &[RowParams],
         with_logprobs: bool,
         asked: Option<&Asked>,
+        stage: Option<&Stage>,
     ) -> Result<Sampled> {
         let shape = Shape::dense(rows.len(), vocab);
         let mut tokens = backend.zeros::<u32>(rows.len())?;
@@ -124,12 +126,16 @@ impl<B: Backend> Input<B> {
         match self {
             Input::Logits(values) => {
                 let mut sampler = Sampler::new(backend, rows.len())?;
-                match asked.zip(buffers.as_mut()) {
-                    Some((asked, buffers)) => {
+                let uploaded = stage.map(|s| s.upload(backend)).transpose()?;
+                let stage = uploaded.as_ref().map(|u| u.stage());
+                match (asked.zip(buffers.as_mut()), &stage) {
+                    (Some((asked, buffers)), stage) => {
                         let request = asked.request();
-                        sampler.step_with_logprobs(shape, values.get(), rows, None, &request, out, buffers.output())
+                        let logits = values.get();
+                        sampler.step_with_logprobs(shape, logits, rows, stage.as_ref(), &request, out, buffers.output())
                     }
-                    None => sampler.step(shape, values.get(), rows, out),
+                    (None, Some(stage)) => sampler.step_staged(shape, values.get(), rows, stage, out),
+                    (None, None) => sampler.step(shape, values.get(), rows, out),
                 }
             }
             _ if asked.is_some() => bail!("log-probabilities are computed from --logits only"),
@@ -232,7 +238,7 @@ impl Input<CpuBackend> {
     pub fn distribution(&self, row: usize, vocab: usize, params: RowParams) -> Result<Vec<f64>> {
         let one = self.repeat_row(row, vocab, 1)?;
         if !params.is_sampled() {
-            let token = one.sample(&CpuBackend, vocab, &[params], false, None)?.tokens;
+            let token = one.sample(&CpuBackend, vocab, &[params], false, None, None)?.tokens;
             return Ok((0..vocab).map(|j| if Some(&(j as u32)) == token.first() { 1.0 } else { 0.0 }).collect());
         }
         let softmax = |logits: Logits<'_, CpuBackend>, params: RowParams| -> Result<Vec<f64>> {

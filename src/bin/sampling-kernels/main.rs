@@ -6,6 +6,7 @@ mod args;
 mod draws;
 mod input;
 mod logprobs;
+mod stage;
 mod tensor;
 
 use anyhow::{bail, Context, Result};
@@ -56,6 +57,8 @@ struct Job<'a> {
     rows: Vec<RowParams>,
     /// The log-probabilities asked for, if any.
     asked: Option<logprobs::Asked>,
+    /// The logits stage asked for, if any.
+    stage: Option<stage::Stage>,
 }
 
 /// One sampled token.
@@ -94,15 +97,16 @@ fn sample(args: &SampleArgs) -> Result<()> {
     let tensor = tensor::load(path, args.tensor.as_deref())?;
     let (batch, vocab) = (tensor.batch, tensor.vocab);
     let input = Input::new(role, tensor, args.mode())?;
-    let job = Job { args, input, vocab, rows: args.rows(batch)?, asked: args.logprobs(batch)? };
+    let (rows, asked, stage) = (args.rows(batch)?, args.logprobs(batch)?, args.stage(batch, vocab)?);
+    let job = Job { args, input, vocab, rows, asked, stage };
     // The portable filter kernel is WGSL: `auto` skips CUDA for it.
     let portable = args.filter_path == PathChoice::Portable;
     let wgpu = || WgpuBackend::new().map(|b| b.with_portable_filters(portable));
     match args.backend {
         // Only the CPU computes log-probabilities yet: `auto` takes it, and a named wgpu or
         // cuda backend refuses them (the library's `UnsupportedLogprobs`).
-        BackendChoice::Auto if job.asked.is_some() => {
-            eprintln!("log-probabilities: only the CPU computes them yet; using the CPU");
+        BackendChoice::Auto if job.asked.is_some() || job.stage.is_some() => {
+            eprintln!("log-probabilities and the logits stage: only the CPU computes them yet; using the CPU");
             job.run(&CpuBackend)
         }
         BackendChoice::Cpu => job.run(&CpuBackend),
@@ -132,7 +136,8 @@ impl Job<'_> {
             None => {
                 let device = self.input.upload(backend)?;
                 let asked = self.asked.as_ref();
-                let got = device.sample(backend, self.vocab, &self.rows, self.args.return_logprob, asked)?;
+                let (rows, lp) = (&self.rows, self.args.return_logprob);
+                let got = device.sample(backend, self.vocab, rows, lp, asked, self.stage.as_ref())?;
                 for (row, (&token, &status)) in got.tokens.iter().zip(&got.status).enumerate() {
                     let logprob = got.logprobs.as_ref().map(|lp| lp[row]);
                     let logprobs = asked.zip(got.asked.as_ref()).map(|(a, values)| a.row(row, values));
