@@ -278,8 +278,8 @@ impl RowParams {
     }
     /// [`crate::generated::filter_route`] of the record over `vocab` columns.
     fn route(&self, vocab: usize) -> [bool; 3] {
-        let vocab = u32::try_from(vocab).unwrap_or(u32::MAX);
-        crate::generated::filter_route(bytemuck::cast_ref(self), vocab, one_read_parts(vocab as usize))
+        let parts = one_read_parts(vocab);
+        crate::generated::filter_route(bytemuck::cast_ref(self), u32::try_from(vocab).unwrap_or(u32::MAX), parts)
     }
 }
 

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 const SOURCE: &str = "xtask/src/kernels";
 
-/// Every generated file: its path relative to the workspace root and its text.
 /// What `filter_route` returns, in order: the one-read path takes the row; it may take the top-p
 /// cut for its top-p or top-k; for min-p alone.
 const ROUTE: [&str; 3] = ["one_read", "top_p_cut", "min_p_cut"];
 
+/// Every generated file: its path relative to the workspace root and its text.
 pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     let kernels = kernels::all();
     let wgpu = tuning::get(Target::Wgpu);

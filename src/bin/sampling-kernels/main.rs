@@ -99,7 +99,6 @@ fn sample(args: &SampleArgs) -> Result<()> {
     let input = Input::new(role, tensor, args.mode())?;
     let (rows, asked, stage) = (args.rows(batch)?, args.logprobs(batch)?, args.stage(batch, vocab)?);
     let job = Job { args, input, vocab, rows, asked, stage };
-    // The portable filter kernel is WGSL: `auto` skips CUDA for it.
     let portable = args.filter_path == PathChoice::Portable;
     let wgpu = || WgpuBackend::new().map(|b| b.with_portable_filters(portable));
     match args.backend {
@@ -114,10 +113,11 @@ fn sample(args: &SampleArgs) -> Result<()> {
         BackendChoice::Cuda if portable => bail!("--filter-path portable is wgpu's; CUDA has the full filter kernels"),
         BackendChoice::Cuda => job.run(&CudaBackend::new(0)?),
         BackendChoice::Auto => {
-            match CudaBackend::new(0) {
-                Ok(_) if portable => eprintln!("CUDA: --filter-path portable is wgpu's; trying wgpu"),
-                Ok(b) => return job.run(&b),
-                Err(e) => eprintln!("CUDA: {e}; trying wgpu"),
+            // The portable kernel is wgpu's: no CUDA context for it.
+            match (!portable).then(|| CudaBackend::new(0)) {
+                None => eprintln!("CUDA: --filter-path portable is wgpu's; trying wgpu"),
+                Some(Ok(b)) => return job.run(&b),
+                Some(Err(e)) => eprintln!("CUDA: {e}; trying wgpu"),
             }
             match wgpu() {
                 Ok(b) => return job.run(&b),
