@@ -214,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                         const unsigned int sk_e84 = (rt_col & 3u);
                                         float score = (rt_z / sk_exponential(((sk_e84 == 3u) ? ((w4).w) : ((sk_e84 == 2u) ? ((w4).z) : ((sk_e84 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
+                                            // built by kernels::filter_top_k::keep_lower_and
                                             bestr = score;
                                             bestr_i = rt_col;
                                         }

@@ -214,7 +214,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e84: u32 = (rt_col & 3u);
                                         var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e84 == 1u)), w4[2], (sk_e84 == 2u)), w4[3], (sk_e84 == 3u))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
+                                            // built by kernels::filter_top_k::keep_lower_and
                                             bestr = score;
                                             bestr_i = rt_col;
                                         }

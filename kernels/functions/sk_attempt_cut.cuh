@@ -50,7 +50,7 @@
                     /* built by kernels::filter_top_p::take_winners */ \
                     const float sk_e215 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                     if (((sk_e215 > best) || ((sk_e215 == best) && (w_i < best_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
                     } \
@@ -61,7 +61,7 @@
                     const unsigned int sk_e217 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
                     const double sk_e216 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e217 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e217 + 0u)])))); \
                     if (((sk_e216 > best64) || ((sk_e216 == best64) && (w_i64 < best64_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         const unsigned int sk_e218 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
                         best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e218 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e218 + 0u)])))); \
                         best64_i = w_i64; \

@@ -51,7 +51,7 @@
                     /* built by kernels::filter_top_p::take_winners */ \
                     const float sk_e156 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                     if (((sk_e156 > best) || ((sk_e156 == best) && (w_i < best_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
                     } \
@@ -62,7 +62,7 @@
                     const unsigned int sk_e158 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
                     const double sk_e157 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e158 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e158 + 0u)])))); \
                     if (((sk_e157 > best64) || ((sk_e157 == best64) && (w_i64 < best64_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         const unsigned int sk_e159 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
                         best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e159 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e159 + 0u)])))); \
                         best64_i = w_i64; \

@@ -183,7 +183,7 @@
         const unsigned int sk_e67 = (up1_i & 3u); \
         float score = (cut_win + sk_gumbel(((sk_e67 == 3u) ? ((w4).w) : ((sk_e67 == 2u) ? ((w4).z) : ((sk_e67 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (up1_i < best_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
+            /* built by kernels::filter_top_k::keep_lower_and */ \
             best = score; \
             best_i = up1_i; \
         } \

@@ -166,7 +166,7 @@
                             const unsigned int sk_e102 = (rt_col & 3u); \
                             float score = (rt_z + sk_gumbel(((sk_e102 == 3u) ? ((w4).w) : ((sk_e102 == 2u) ? ((w4).z) : ((sk_e102 == 1u) ? ((w4).y) : ((w4).x)))))); \
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) { \
-                                /* built by kernels::filter_top_k::keep_lower */ \
+                                /* built by kernels::filter_top_k::keep_lower_and */ \
                                 bestr = score; \
                                 bestr_i = rt_col; \
                             } \

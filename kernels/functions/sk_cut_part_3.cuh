@@ -7,7 +7,7 @@
     const unsigned int sk_e77 = ((col_lo + li0) & 3u); \
     float score = (cut_rz + sk_gumbel(((sk_e77 == 3u) ? ((w4).w) : ((sk_e77 == 2u) ? ((w4).z) : ((sk_e77 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && ((col_lo + li0) < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         best = score; \
         best_i = (col_lo + li0); \
     } \

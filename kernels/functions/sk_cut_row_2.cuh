@@ -213,7 +213,7 @@
                     /* built by kernels::filter_top_p::take_winners */ \
                     const float sk_e120 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                     if (((sk_e120 > best) || ((sk_e120 == best) && (w_i < best_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
                     } \
@@ -224,7 +224,7 @@
                     const unsigned int sk_e122 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
                     const double sk_e121 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e122 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e122 + 0u)])))); \
                     if (((sk_e121 > best64) || ((sk_e121 == best64) && (w_i64 < best64_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
+                        /* built by kernels::filter_top_k::keep_lower_and */ \
                         const unsigned int sk_e123 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
                         best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e123 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e123 + 0u)])))); \
                         best64_i = w_i64; \

@@ -58,7 +58,7 @@
                 const unsigned int sk_e245 = (((slot * parts) + p) * 1317u); \
                 const float sk_e244 = sk_bitcast<float>(partials[(sk_e245 + 5u)]); \
                 if (((sk_e244 > best) || ((sk_e244 == best) && (partials[(sk_e245 + 6u)] < best_i)))) { \
-                    /* built by kernels::filter_top_k::keep_lower */ \
+                    /* built by kernels::filter_top_k::keep_lower_and */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
                 } \

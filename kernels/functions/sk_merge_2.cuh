@@ -53,7 +53,7 @@
                 const unsigned int sk_e178 = (((slot * parts) + p) * 1317u); \
                 const float sk_e177 = sk_bitcast<float>(partials[(sk_e178 + 5u)]); \
                 if (((sk_e177 > best) || ((sk_e177 == best) && (partials[(sk_e178 + 6u)] < best_i)))) { \
-                    /* built by kernels::filter_top_k::keep_lower */ \
+                    /* built by kernels::filter_top_k::keep_lower_and */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
                 } \

@@ -79,7 +79,7 @@
                 s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
-                /* built by kernels::filter_top_k::keep_lower */ \
+                /* built by kernels::filter_top_k::keep_lower_and */ \
                 bestrk64 = s64; \
                 bestrk64_i = r; \
             } \

@@ -35,7 +35,7 @@
                     s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e294 + 8u)], rows[(sk_e294 + 9u)], rows[(sk_e294 + 10u)], rl_r))); \
                 } \
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && (rl_r < bestrl64_i)))) { \
-                    /* built by kernels::filter_rank::keep_lower_key */ \
+                    /* built by kernels::filter_top_k::keep_lower_and */ \
                     bestrl64 = s64; \
                     bestrl64_i = rl_r; \
                     rl_key = ch_lo; \
@@ -119,7 +119,10 @@
                     const unsigned int sk_e299 = (row * 12u); \
                     s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e299 + 8u)], rows[(sk_e299 + 9u)], rows[(sk_e299 + 10u)], (rl_r0 + rl_i)))); \
                 } \
-                if ((s64 > bestrl64)) { \
+                if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) { \
+                    /* built by kernels::filter_top_k::keep_lower_and */ \
+                    bestrl64 = s64; \
+                    bestrl64_i = (rl_r0 + rl_i); \
                     unsigned int fo_lo = 0u; \
                     unsigned int fo_hi = ch_count; \
                     for (unsigned int fo_step = 0u; fo_step < 13u; fo_step += 1u) { \
@@ -133,13 +136,8 @@
                             } \
                         } \
                     } \
-                    if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) { \
-                        /* built by kernels::filter_rank::keep_lower_key */ \
-                        bestrl64 = s64; \
-                        bestrl64_i = (rl_r0 + rl_i); \
-                        rl_key = rl_k; \
-                        rl_first = (rl_r0 + fo_lo); \
-                    } \
+                    rl_key = rl_k; \
+                    rl_first = (rl_r0 + fo_lo); \
                 } \
             } \
             __syncthreads(); \

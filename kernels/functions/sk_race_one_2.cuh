@@ -10,7 +10,7 @@
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         best64 = s64; \
         best64_i = col; \
     } \

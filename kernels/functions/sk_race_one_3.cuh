@@ -7,7 +7,7 @@
     const unsigned int sk_e333 = (rc & 3u); \
     float score = (rz + sk_gumbel(((sk_e333 == 3u) ? ((w4).w) : ((sk_e333 == 2u) ? ((w4).z) : ((sk_e333 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (rc < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         best = score; \
         best_i = rc; \
     } \

@@ -10,7 +10,7 @@
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e90 + 8u)], rows[(sk_e90 + 9u)], rows[(sk_e90 + 10u)], (col_lo + li0)))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && ((col_lo + li0) < bestr64_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         bestr64 = s64; \
         bestr64_i = (col_lo + li0); \
     } \

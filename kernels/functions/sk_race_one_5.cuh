@@ -7,7 +7,7 @@
     const unsigned int sk_e174 = (mo_col & 3u); \
     float score = (mo_z / sk_exponential(((sk_e174 == 3u) ? ((w4).w) : ((sk_e174 == 2u) ? ((w4).z) : ((sk_e174 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (mo_col < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         best = score; \
         best_i = mo_col; \
     } \

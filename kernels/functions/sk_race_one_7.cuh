@@ -10,7 +10,7 @@
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], rt_col))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
+        /* built by kernels::filter_top_k::keep_lower_and */ \
         bestr64 = s64; \
         bestr64_i = rt_col; \
     } \

@@ -11,7 +11,7 @@
     if ((mr_may && ((mr_in & sk_c1) != 0u))) { \
         float score = (mr_v + sk_gumbel(mr_w0)); \
         if (((score > best) || ((score == best) && (((col_lo + (mr_q0 * 4u)) + sk_c2) < best_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
+            /* built by kernels::filter_top_k::keep_lower_and */ \
             best = score; \
             best_i = ((col_lo + (mr_q0 * 4u)) + sk_c3); \
         } \

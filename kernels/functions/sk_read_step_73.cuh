@@ -12,7 +12,7 @@
         const unsigned int sk_e187 = (rr_col & 3u); \
         float score = (rr_v / sk_exponential(((sk_e187 == 3u) ? ((w4).w) : ((sk_e187 == 2u) ? ((w4).z) : ((sk_e187 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (rr_col < best_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
+            /* built by kernels::filter_top_k::keep_lower_and */ \
             best = score; \
             best_i = rr_col; \
         } \

@@ -60,7 +60,7 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                     // built by kernels::filter_top_p::take_winners
                     let sk_e156: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                     if (((sk_e156 > best) || ((sk_e156 == best) && (w_i < best_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
                     }
@@ -71,7 +71,7 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                     let sk_e158: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                     let sk_e157: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e158 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e158 + 0u)]))));
                     if (((sk_e157 > best64) || ((sk_e157 == best64) && (w_i64 < best64_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         let sk_e159: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                         best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e159 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e159 + 0u)]))));
                         best64_i = w_i64;

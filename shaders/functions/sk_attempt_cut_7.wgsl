@@ -59,7 +59,7 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                     // built by kernels::filter_top_p::take_winners
                     let sk_e215: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                     if (((sk_e215 > best) || ((sk_e215 == best) && (w_i < best_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
                     }
@@ -70,7 +70,7 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                     let sk_e217: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                     let sk_e216: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e217 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e217 + 0u)]))));
                     if (((sk_e216 > best64) || ((sk_e216 == best64) && (w_i64 < best64_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         let sk_e218: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                         best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e218 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e218 + 0u)]))));
                         best64_i = w_i64;

@@ -166,7 +166,7 @@ fn sk_cut_part_14(sk_lid: u32, row_slot: u32, parts: u32, row: u32, temp: f32, c
                             let sk_e102: u32 = (rt_col & 3u);
                             var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e102 == 1u)), w4[2], (sk_e102 == 2u)), w4[3], (sk_e102 == 3u))));
                             if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
-                                // built by kernels::filter_top_k::keep_lower
+                                // built by kernels::filter_top_k::keep_lower_and
                                 bestr = score;
                                 bestr_i = rt_col;
                             }

@@ -193,7 +193,7 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         let sk_e52: u32 = (up1_i & 3u);
         var score: f32 = (cut_win / sk_exponential(select(select(select(w4[0], w4[1], (sk_e52 == 1u)), w4[2], (sk_e52 == 2u)), w4[3], (sk_e52 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
-            // built by kernels::filter_top_k::keep_lower
+            // built by kernels::filter_top_k::keep_lower_and
             best = score;
             best_i = up1_i;
         }

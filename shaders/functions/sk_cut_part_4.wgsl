@@ -192,7 +192,7 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, cut_x_above: 
         let sk_e67: u32 = (up1_i & 3u);
         var score: f32 = (cut_win + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e67 == 1u)), w4[2], (sk_e67 == 2u)), w4[3], (sk_e67 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
-            // built by kernels::filter_top_k::keep_lower
+            // built by kernels::filter_top_k::keep_lower_and
             best = score;
             best_i = up1_i;
         }

@@ -9,7 +9,7 @@ fn sk_cut_part_7(col_lo: u32, li0: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_
     let sk_e62: u32 = ((col_lo + li0) & 3u);
     var score: f32 = (cut_rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e62 == 1u)), w4[2], (sk_e62 == 2u)), w4[3], (sk_e62 == 3u))));
     if (((score > best) || ((score == best) && ((col_lo + li0) < best_i)))) {
-        // built by kernels::filter_top_k::keep_lower
+        // built by kernels::filter_top_k::keep_lower_and
         best = score;
         best_i = (col_lo + li0);
     }

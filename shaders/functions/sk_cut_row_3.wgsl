@@ -167,7 +167,7 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     // built by kernels::filter_top_p::take_winners
                     let sk_e178: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                     if (((sk_e178 > best) || ((sk_e178 == best) && (w_i < best_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
                     }
@@ -178,7 +178,7 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     let sk_e180: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                     let sk_e179: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e180 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e180 + 0u)]))));
                     if (((sk_e179 > best64) || ((sk_e179 == best64) && (w_i64 < best64_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
+                        // built by kernels::filter_top_k::keep_lower_and
                         let sk_e181: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                         best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e181 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e181 + 0u)]))));
                         best64_i = w_i64;

@@ -57,7 +57,7 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                 let sk_e178: u32 = (((slot * parts) + p) * 1317u);
                 let sk_e177: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e178 + 5u)]));
                 if (((sk_e177 > best) || ((sk_e177 == best) && (atomicLoad(&partials[(sk_e178 + 6u)]) < best_i)))) {
-                    // built by kernels::filter_top_k::keep_lower
+                    // built by kernels::filter_top_k::keep_lower_and
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
                 }

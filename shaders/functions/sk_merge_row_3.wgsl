@@ -12,7 +12,7 @@ fn sk_merge_row_3(rz: f32, noisy: bool, row: u32, r: u32, sk_io_best64: ptr<func
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e221 + 8u)], rows[(sk_e221 + 9u)], rows[(sk_e221 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
-        // built by kernels::filter_top_k::keep_lower
+        // built by kernels::filter_top_k::keep_lower_and
         best64 = s64;
         best64_i = r;
     }

@@ -88,7 +88,7 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                 s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e281 + 8u)], rows[(sk_e281 + 9u)], rows[(sk_e281 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
-                // built by kernels::filter_top_k::keep_lower
+                // built by kernels::filter_top_k::keep_lower_and
                 bestrk64 = s64;
                 bestrk64_i = r;
             }

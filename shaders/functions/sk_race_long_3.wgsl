@@ -39,7 +39,7 @@ fn sk_race_long_3(sk_lid: u32, rank_n: u32, tie_start: u32, col_hi: u32, col_lo:
                     s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e496 + 8u)], rows[(sk_e496 + 9u)], rows[(sk_e496 + 10u)], rl_r)));
                 }
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && (rl_r < bestrl64_i)))) {
-                    // built by kernels::filter_rank::keep_lower_key
+                    // built by kernels::filter_top_k::keep_lower_and
                     bestrl64 = s64;
                     bestrl64_i = rl_r;
                     rl_key = ch_lo;
@@ -119,7 +119,10 @@ fn sk_race_long_3(sk_lid: u32, rank_n: u32, tie_start: u32, col_hi: u32, col_lo:
                     let sk_e509: u32 = (row * 12u);
                     s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e509 + 8u)], rows[(sk_e509 + 9u)], rows[(sk_e509 + 10u)], (rl_r0 + rl_i))));
                 }
-                if ((s64 > bestrl64)) {
+                if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) {
+                    // built by kernels::filter_top_k::keep_lower_and
+                    bestrl64 = s64;
+                    bestrl64_i = (rl_r0 + rl_i);
                     var fo_lo: u32 = 0u;
                     var fo_hi: u32 = ch_count;
                     for (var fo_step: u32 = 0u; fo_step < 13u; fo_step = fo_step + 1u) {
@@ -133,13 +136,8 @@ fn sk_race_long_3(sk_lid: u32, rank_n: u32, tie_start: u32, col_hi: u32, col_lo:
                             }
                         }
                     }
-                    if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) {
-                        // built by kernels::filter_rank::keep_lower_key
-                        bestrl64 = s64;
-                        bestrl64_i = (rl_r0 + rl_i);
-                        rl_key = rl_k;
-                        rl_first = (rl_r0 + fo_lo);
-                    }
+                    rl_key = rl_k;
+                    rl_first = (rl_r0 + fo_lo);
                 }
             }
             workgroupBarrier();

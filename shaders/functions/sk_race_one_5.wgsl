@@ -9,7 +9,7 @@ fn sk_race_one_5(mo_col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, p
     let sk_e174: u32 = (mo_col & 3u);
     var score: f32 = (mo_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e174 == 1u)), w4[2], (sk_e174 == 2u)), w4[3], (sk_e174 == 3u))));
     if (((score > best) || ((score == best) && (mo_col < best_i)))) {
-        // built by kernels::filter_top_k::keep_lower
+        // built by kernels::filter_top_k::keep_lower_and
         best = score;
         best_i = mo_col;
     }

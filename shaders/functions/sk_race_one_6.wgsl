@@ -12,7 +12,7 @@ fn sk_race_one_6(rt_ov: f32, noisy: bool, row: u32, rt_col: u32, sk_io_bestr64: 
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e101 + 8u)], rows[(sk_e101 + 9u)], rows[(sk_e101 + 10u)], rt_col)));
     }
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) {
-        // built by kernels::filter_top_k::keep_lower
+        // built by kernels::filter_top_k::keep_lower_and
         bestr64 = s64;
         bestr64_i = rt_col;
     }

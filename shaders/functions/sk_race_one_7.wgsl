@@ -12,7 +12,7 @@ fn sk_race_one_7(rt_z: f32, noisy: bool, row: u32, rt_col: u32, sk_io_bestr64: p
         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], rt_col)));
     }
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) {
-        // built by kernels::filter_top_k::keep_lower
+        // built by kernels::filter_top_k::keep_lower_and
         bestr64 = s64;
         bestr64_i = rt_col;
     }

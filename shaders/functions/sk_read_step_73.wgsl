@@ -14,7 +14,7 @@ fn sk_read_step_73(zx0: f32, row_m: f32, mp: f32, col_lo: u32, li0: u32, pk_off_
         let sk_e187: u32 = (rr_col & 3u);
         var score: f32 = (rr_v / sk_exponential(select(select(select(w4[0], w4[1], (sk_e187 == 1u)), w4[2], (sk_e187 == 2u)), w4[3], (sk_e187 == 3u))));
         if (((score > best) || ((score == best) && (rr_col < best_i)))) {
-            // built by kernels::filter_top_k::keep_lower
+            // built by kernels::filter_top_k::keep_lower_and
             best = score;
             best_i = rr_col;
         }

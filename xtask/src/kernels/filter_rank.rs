@@ -24,7 +24,7 @@
 //! (`filter_top_k.rs`); the top-p cut and the split kernels never take these rows.
 
 use super::abi::{row_is_ranked, NONE};
-use super::filter_top_k::keep_lower;
+use super::filter_top_k::{keep_lower, keep_lower_and};
 use super::filter_values as values;
 use super::filters::{declare_best64, element, key_value, sweep, sweep_set, Input, LIST, LIST_CAP};
 use super::seeded::score64;
@@ -250,7 +250,10 @@ fn race_long(b: &mut Block, input: Input, n: Expr) -> Expr {
                 b.for_("rl_i", lid.clone(), count.clone(), bs.clone(), |b, i| {
                     let r = b.let_("rl_r", Ty::U32, r0.clone() + i);
                     let s = score64(b, lp.clone(), r.clone());
-                    keep_lower_key(b, s, r, lo.clone(), r0.clone());
+                    keep_lower_and(b, "rl64", s, r, |b| {
+                        b.set("rl_key", lo.clone());
+                        b.set("rl_first", r0.clone());
+                    });
                 });
             },
             |b| {
@@ -260,10 +263,10 @@ fn race_long(b: &mut Block, input: Input, n: Expr) -> Expr {
                     let k = b.let_("rl_k", Ty::U32, load_shared(LIST, i.clone()));
                     let v = b.let_("rl_v", Ty::F32, key_value(k.clone()));
                     let s = score64(b, values::seeded_log(input, v.clone(), v), r0.clone() + i.clone());
-                    let better = s.clone().gt(var("bestrl64"));
-                    b.if_(better, |b| {
+                    keep_lower_and(b, "rl64", s, r0.clone() + i, |b| {
                         let first = first_of(b, k.clone(), count.clone());
-                        keep_lower_key(b, s, r0.clone() + i, k, r0.clone() + first);
+                        b.set("rl_key", k);
+                        b.set("rl_first", r0.clone() + first);
                     });
                 });
                 b.barrier();
@@ -283,21 +286,6 @@ fn race_long(b: &mut Block, input: Input, n: Expr) -> Expr {
     let first = b.uniform(load_shared(BINS, u(TAKEN)), "rl_won_first");
     let found = column_of_key(b, input, won, rank - first, boolean(true));
     select(found.clone().gt(u(0)), u(NONE) - found, u(NONE))
-}
-
-/// `bestrl64` and its rank take `(score, rank)` where it scores higher, or the same at a lower
-/// rank, with the rank's key and its key's first rank.
-fn keep_lower_key(b: &mut Block, score: Expr, rank: Expr, key: Expr, first: Expr) {
-    let better = score
-        .clone()
-        .gt(var("bestrl64"))
-        .or(score.clone().eq_(var("bestrl64")).and(rank.clone().lt(var("bestrl64_i"))));
-    b.if_(better, |b| {
-        b.set("bestrl64", score);
-        b.set("bestrl64_i", rank);
-        b.set("rl_key", key);
-        b.set("rl_first", first);
-    });
 }
 
 /// The first place of `key` in the sorted list's `n` keys (largest first): a binary search.

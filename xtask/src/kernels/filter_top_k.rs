@@ -494,11 +494,17 @@ pub(super) fn race_philox(b: &mut Block, input: Input, suffix: &str, key: &Philo
 /// `best{suffix}`, `best{suffix}_i` take `(score, col)` where it scores higher, or the same with a
 /// lower column.
 pub(super) fn keep_lower(b: &mut Block, suffix: &str, score: Expr, col: Expr) {
+    keep_lower_and(b, suffix, score, col, |_| {});
+}
+
+/// [`keep_lower`], running `also` where it takes the pair (to keep more of the winner).
+pub(super) fn keep_lower_and(b: &mut Block, suffix: &str, score: Expr, col: Expr, also: impl FnOnce(&mut Block)) {
     let (best, best_i) = (format!("best{suffix}"), format!("best{suffix}_i"));
     let better = score.clone().gt(var(&best)).or(score.clone().eq_(var(&best)).and(col.clone().lt(var(&best_i))));
     b.if_(better, |b| {
         b.set(&best, score);
         b.set(&best_i, col);
+        also(b);
     });
 }
 
