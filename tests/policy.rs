@@ -117,6 +117,20 @@ pub fn rows_with_nothing_valid<B: Backend>(b: &B) {
     }
 }
 
+/// Finite logits whose scaled values `l / T` all round to -inf in f32 (-f32::MAX at T 0.5): no
+/// path from logits that divides by the temperature has a value to sample, so status 0, as for a
+/// row of -inf; greedy ignores the temperature and takes the lowest index of the finite row.
+pub fn scaled_values_below_f32<B: Backend>(b: &B) {
+    for vocab in [1, 5] {
+        for (path, token, status, lp) in every_path(b, &vec![-f32::MAX; vocab], 0.5) {
+            match path {
+                "greedy" | "seeded" | "seeded_screened" => assert_eq!((token, status), (0, 1), "{path}"),
+                _ => assert_eq!((token, status, lp), (0, 0, f32::NEG_INFINITY), "{path} at vocabulary {vocab}"),
+            }
+        }
+    }
+}
+
 /// A single +inf among finite values (and NaN) is chosen by every path, with log-probability 0.
 pub fn single_positive_infinity<B: Backend>(b: &B) {
     let mut row: Vec<f32> = (0..50).map(|j| (j % 7) as f32).collect();
@@ -200,6 +214,7 @@ every_suite!(
     bad_temperatures,
     bad_filter_params,
     rows_with_nothing_valid,
+    scaled_values_below_f32,
     single_positive_infinity,
     several_positive_infinities,
     subnormal_only_row,

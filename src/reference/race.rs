@@ -114,14 +114,20 @@ pub fn seeded_scores(logprobs: &[f64], row: &RowParams) -> Vec<f64> {
 
 /// What the race compares for each column of one row.
 ///
-/// From logits: `l / T + Gumbel`; from probabilities: `p / Exponential` (negative, infinite or
-/// NaN `p` never wins); greedy rows: the values themselves. The noise is the row's Philox stream.
+/// From logits: `l / T + Gumbel`, where `l / T` rounded to f32 (every backend's `z`) is -inf
+/// never wins: a finite logit whose scaled value overflows has no probability, as in softmax;
+/// from probabilities: `p / Exponential` (negative, infinite or NaN `p` never wins); greedy rows:
+/// the values themselves. The noise is the row's Philox stream.
 pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64> {
     values
         .iter()
         .enumerate()
         .map(|(j, &x)| {
-            let invalid = from_probs && !(0.0..f64::INFINITY).contains(&x);
+            let invalid = if from_probs {
+                !(0.0..f64::INFINITY).contains(&x)
+            } else {
+                row.is_sampled() && x as f32 / row.temperature == f32::NEG_INFINITY
+            };
             if invalid {
                 return f64::NEG_INFINITY;
             }
