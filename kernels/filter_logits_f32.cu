@@ -65,22 +65,22 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_sweep_set.cuh"
-#include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step.cuh"
 #include "functions/sk_read_step_2.cuh"
+#include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step_3.cuh"
-#include "functions/sk_list_keys.cuh"
-#include "functions/sk_race_sweep.cuh"
-#include "functions/sk_sort.cuh"
 #include "functions/sk_read_step_4.cuh"
 #include "functions/sk_read_step_5.cuh"
 #include "functions/sk_read_step_6.cuh"
-#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_list_keys.cuh"
+#include "functions/sk_race_sweep.cuh"
 #include "functions/sk_read_step_7.cuh"
+#include "functions/sk_sort.cuh"
+#include "functions/sk_column_of_key.cuh"
+#include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_8.cuh"
 #include "functions/sk_read_step_9.cuh"
 #include "functions/sk_read_step_10.cuh"
-#include "functions/sk_column_of_key.cuh"
 #include "functions/sk_read_step_11.cuh"
 #include "functions/sk_candidate.cuh"
 #include "functions/sk_read_step_12.cuh"
@@ -92,7 +92,7 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_race.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     // built by kernels::filters::filter_kernel
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
@@ -134,9 +134,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_7(base, col_lo, i0, row, zx0, zx1, zx2, zx3);
                     } else {
-                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
+                sk_find_set(stage, sel_a, col_hi, col_lo, base, row, temp, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -188,8 +188,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e54 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e54 ? tn64 : (((lim - sel_m) / (sk_e54 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e120 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e120 ? tn64 : (((lim - sel_m) / (sk_e120 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -221,21 +221,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                        sk_read_step_2(base, col_lo, c0, row, zx0, zx1, zx2, zx3);
                                     } else {
-                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -248,9 +248,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             }
             bool rank_done = false;
             unsigned int rank_col = 4294967295u;
-            const unsigned int sk_e67 = (row * 12u);
-            if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
-                sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done);
+            const unsigned int sk_e148 = (row * 12u);
+            if ((((rows[(sk_e148 + 1u)] == 1u) && (rows[(sk_e148 + 6u)] == 1u)) && filtered)) {
+                sk_race(tie_start, col_hi, col_lo, base, row, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, tie_rank, sweeps, all_mass, rank_col, rank_done);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
@@ -278,9 +278,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_2(base, col_lo, c0, row, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
                                 sk_read_step_11(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
@@ -322,9 +322,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                sk_read_step_2(base, col_lo, c0, row, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -335,8 +335,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li0);
                                 float zv = (zx0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const unsigned int sk_e180 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                                unsigned int key = (sk_e180 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e180) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e396 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e396 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e396) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -346,8 +346,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e181 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e181 : (zv + sk_e181)) : zv);
+                                    const float sk_e397 = sk_gumbel((w).x);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e397 : (zv + sk_e397)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -360,8 +360,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li1);
                                 float zv = (zx1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const unsigned int sk_e182 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                                unsigned int key = (sk_e182 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e182) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e398 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e398 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e398) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -371,8 +371,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e183 = sk_gumbel((w).y);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e183 : (zv + sk_e183)) : zv);
+                                    const float sk_e399 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e399 : (zv + sk_e399)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -385,8 +385,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li2);
                                 float zv = (zx2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const unsigned int sk_e184 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                                unsigned int key = (sk_e184 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e184) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e400 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e400 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e400) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -396,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e185 = sk_gumbel((w).z);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e185 : (zv + sk_e185)) : zv);
+                                    const float sk_e401 = sk_gumbel((w).z);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e401 : (zv + sk_e401)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -410,8 +410,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int col = (col_lo + li3);
                                 float zv = (zx3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                const unsigned int sk_e186 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                                unsigned int key = (sk_e186 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e186) >> 31u)) | 2147483648u));
+                                const unsigned int sk_e402 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                                unsigned int key = (sk_e402 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e402) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -421,8 +421,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e187 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e187 : (zv + sk_e187)) : zv);
+                                    const float sk_e403 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e403 : (zv + sk_e403)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -456,8 +456,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::abi::write_results
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e188 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e406 = (base + tok_at);
+                    const unsigned int sk_e404 = (sk_e406 - base);
+                    const float sk_e405 = sk_load_x(sk_e406);
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e404 >> 5u))] >> (sk_e404 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e405) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e405) : sk_bitcast<float>(4286578688u)) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

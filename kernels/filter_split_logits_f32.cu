@@ -62,15 +62,16 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_read_step_33.cuh"
 #include "functions/sk_read_step_34.cuh"
 #include "functions/sk_read_step_35.cuh"
-#include "functions/sk_sweep_set.cuh"
 #include "functions/sk_read_step_36.cuh"
+#include "functions/sk_sweep_set.cuh"
+#include "functions/sk_read_step_37.cuh"
 #include "functions/sk_set_bounds.cuh"
 #include "functions/sk_decide.cuh"
 #include "functions/sk_stage.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    unsigned int stage = ((flags >> 8u) & 255u);
+    const float* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    unsigned int stage = ((flags >> 8u) & 63u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -147,18 +148,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                         float zx3 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int zx_at = ((base + col_lo) + i0);
-                            const float sk_e5 = sk_load_x(zx_at);
-                            zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                            const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                            zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                            const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                            zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
-                            const float sk_e8 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                            zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                            sk_read_step_36(base, col_lo, i0, row, zx0, zx1, zx2, zx3);
                         } else {
-                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            sk_read_step_33(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                         }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
@@ -189,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
-                sk_stage(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, mp_first, mp, part, searched, row, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
+                sk_stage(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, row, temp, mp_first, mp, part, searched, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::filter_split::store_state

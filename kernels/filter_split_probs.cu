@@ -54,19 +54,19 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_37.cuh"
-#include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step_38.cuh"
+#include "functions/sk_select_step.cuh"
+#include "functions/sk_read_step_39.cuh"
 #include "functions/sk_read_step_17.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_39.cuh"
+#include "functions/sk_read_step_40.cuh"
 #include "functions/sk_set_bounds_2.cuh"
 #include "functions/sk_decide_2.cuh"
 #include "functions/sk_stage_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    unsigned int stage = ((flags >> 8u) & 255u);
+    unsigned int stage = ((flags >> 8u) & 63u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at

@@ -47,11 +47,11 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fixed.cuh"
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_read_step.cuh"
-#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_read_step_4.cuh"
-#include "functions/sk_read_step_6.cuh"
+#include "functions/sk_read_step_7.cuh"
+#include "functions/sk_read_step_2.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_candidate.cuh"
 #include "functions/sk_read_step_12.cuh"
@@ -59,7 +59,7 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_digit_counts_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     // built by kernels::filters::filter_kernel
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
@@ -101,9 +101,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                        sk_read_step_7(base, col_lo, i0, row, zx0, zx1, zx2, zx3);
                     } else {
-                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -148,8 +148,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
-                const unsigned int sk_e9 = (stage - 1u);
-                unsigned int digit_pass = (in_a ? sk_e9 : (sk_e9 - sel_a));
+                const unsigned int sk_e24 = (stage - 1u);
+                unsigned int digit_pass = (in_a ? sk_e24 : (sk_e24 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -173,9 +173,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             float zx3 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_4(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                                sk_read_step_7(base, col_lo, i0, row, zx0, zx1, zx2, zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                             }
                             if ((li0 < sweep_n)) {
                                 sk_read_step_13(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, list_at);
@@ -200,12 +200,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e22 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                        const unsigned int sk_e54 = (base + col);
+                        const unsigned int sk_e52 = (sk_e54 - base);
+                        const float sk_e53 = sk_load_x(sk_e54);
+                        float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e52 >> 5u))] >> (sk_e52 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e53) : sk_bitcast<float>(4286578688u));
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        const unsigned int sk_e23 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                        unsigned int key = (sk_e23 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e23) >> 31u)) | 2147483648u));
+                        const unsigned int sk_e55 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                        unsigned int key = (sk_e55 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e55) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -223,12 +225,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e24 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                        const unsigned int sk_e58 = (base + col);
+                        const unsigned int sk_e56 = (sk_e58 - base);
+                        const float sk_e57 = sk_load_x(sk_e58);
+                        float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e56 >> 5u))] >> (sk_e56 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e57) : sk_bitcast<float>(4286578688u));
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        const unsigned int sk_e25 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
-                        unsigned int key = (sk_e25 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e25) >> 31u)) | 2147483648u));
+                        const unsigned int sk_e59 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov));
+                        unsigned int key = (sk_e59 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e59) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -262,8 +266,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        const unsigned int sk_e26 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e26 == (sel_n + min(sel_tn, 64u))) || (!((sk_e26 < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e60 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e60 == (sel_n + min(sel_tn, 64u))) || (!((sk_e60 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -276,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_2(listed, n_list, base, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
+                    sk_digit_counts_2(listed, n_list, base, row, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
                 }
             }
             unsigned int s_key = sel_key;
@@ -286,8 +290,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e54 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e54 ? tn64 : (((lim - sel_m) / (sk_e54 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e120 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e120 ? tn64 : (((lim - sel_m) / (sk_e120 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -319,21 +323,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                        sk_read_step_2(base, col_lo, c0, row, zx0, zx1, zx2, zx3);
                                     } else {
-                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -362,9 +366,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         unsigned int li3 = (c0 + 3u);
                         float zx3 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_6(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            sk_read_step_2(base, col_lo, c0, row, zx0, zx1, zx2, zx3);
                         } else {
-                            sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3);
                         }
                         if ((li0 < sweep_n)) {
                             sk_read_step_26(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);

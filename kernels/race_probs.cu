@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     const float sk_e1 = sk_load_x((base + col));
-                    float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::race::probs_pass
@@ -90,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     const float sk_e2 = sk_load_x((base + col));
-                    float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e2);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::race::probs_pass
@@ -113,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     const float sk_e3 = sk_load_x((base + col));
-                    float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e3);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::race::probs_pass
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     const float sk_e4 = sk_load_x((base + col));
-                    float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                    float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e4);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::race::probs_pass
@@ -176,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results
                 const float sk_e5 = sk_load_x((base + tok));
-                float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e5);
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = (valid ? ((pt > (0.0f)) ? sk_log(pt) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }

@@ -26,9 +26,10 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
 __shared__ float sk_red_f32[33];
 
 #include "functions/sk_block_sum_f32.cuh"
+#include "functions/sk_for_each_column_then_15.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_bf16(
-    const unsigned short* __restrict__ x, float* __restrict__ sums, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, float* __restrict__ sums, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
@@ -39,32 +40,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_bf16(
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    const float sk_e0 = sk_load_x((base + col));
-                    s = (s + (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 0u, s);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    const float sk_e1 = sk_load_x((base + col));
-                    s = (s + (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 1u, s);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    const float sk_e2 = sk_load_x((base + col));
-                    s = (s + (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 2u, s);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    const float sk_e3 = sk_load_x((base + col));
-                    s = (s + (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 3u, s);
             }
         }
         float row_sum = (0.0f);

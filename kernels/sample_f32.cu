@@ -39,17 +39,17 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
 #include "functions/sk_for_each_column_then_14.cuh"
-#include "functions/sk_load_quad_as_10.cuh"
+#include "functions/sk_load_quad_as_12.cuh"
+#include "functions/sk_load_quad_as_13.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_11.cuh"
 #include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
 #include "functions/sk_screened_pass_2.cuh"
 #include "functions/sk_sample.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at

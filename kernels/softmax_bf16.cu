@@ -44,11 +44,12 @@ __shared__ float sk_red_f32[33];
 #include "functions/sk_exp.cuh"
 #include "functions/sk_for_each_column_then.cuh"
 #include "functions/sk_load_quad_as.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_for_each_column_then_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)) ? SK_FULL_BLOCKS : (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)))) softmax_bf16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    unsigned int stage = ((flags >> 8u) & 255u);
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    unsigned int stage = ((flags >> 8u) & 63u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -84,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_
             row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
+                sk_for_each_column_then_2(base, c0, col_hi, row, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -99,17 +100,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    const float sk_e20 = sk_load_x((size_t)(x_at) + 0u);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                    const float sk_e21 = sk_load_x((size_t)(x_at) + 1u);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_load_x((size_t)(x_at) + 2u);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_load_x((size_t)(x_at) + 3u);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                    sk_load_quad_as_2(x_at, base, row, x0, x1, x2, x3);
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
+                    sk_load_quad_as(c0, col_hi, base, row, x0, x1, x2, x3);
                 }
                 {
                     sk_for_each_column_then(c0, col_hi, x0, temp, 0u, m, s, comp);
@@ -132,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
+                    sk_for_each_column_then_2(base, c0, col_hi, row, temp, row_max, inv);
                 }
             } else {
                 if ((threadIdx.x == 0u)) {

@@ -99,62 +99,63 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_sweep_set.cuh"
 #include "functions/sk_cut_part.cuh"
-#include "functions/sk_cut_part_2.cuh"
-#include "functions/sk_read_step_46.cuh"
-#include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_read_step_47.cuh"
-#include "functions/sk_select_in_range.cuh"
 #include "functions/sk_read_step_48.cuh"
+#include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_read_step_49.cuh"
+#include "functions/sk_cut_part_3.cuh"
+#include "functions/sk_read_step_50.cuh"
+#include "functions/sk_load_quad_as_14.cuh"
+#include "functions/sk_read_step_51.cuh"
+#include "functions/sk_read_step_52.cuh"
+#include "functions/sk_read_step_53.cuh"
+#include "functions/sk_load_quad_as_15.cuh"
+#include "functions/sk_select_in_range.cuh"
+#include "functions/sk_read_step_54.cuh"
+#include "functions/sk_read_step_55.cuh"
 #include "functions/sk_list_keys.cuh"
-#include "functions/sk_load_quad_as_12.cuh"
 #include "functions/sk_race_sweep_3.cuh"
 #include "functions/sk_race_one.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
-#include "functions/sk_read_step_50.cuh"
 #include "functions/sk_sort.cuh"
-#include "functions/sk_read_step_51.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
-#include "functions/sk_read_step_52.cuh"
-#include "functions/sk_read_step_53.cuh"
-#include "functions/sk_read_step_54.cuh"
-#include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_55.cuh"
 #include "functions/sk_read_step_56.cuh"
+#include "functions/sk_column_of_key_3.cuh"
+#include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_57.cuh"
 #include "functions/sk_read_step_58.cuh"
 #include "functions/sk_read_step_59.cuh"
-#include "functions/sk_column_of_key_3.cuh"
 #include "functions/sk_read_step_60.cuh"
-#include "functions/sk_race_one_2.cuh"
 #include "functions/sk_read_step_61.cuh"
 #include "functions/sk_read_step_62.cuh"
-#include "functions/sk_candidate.cuh"
+#include "functions/sk_race_one_2.cuh"
 #include "functions/sk_read_step_63.cuh"
 #include "functions/sk_read_step_64.cuh"
+#include "functions/sk_candidate.cuh"
+#include "functions/sk_read_step_65.cuh"
+#include "functions/sk_read_step_66.cuh"
 #include "functions/sk_race_one_3.cuh"
 #include "functions/sk_race_tied_range.cuh"
 #include "functions/sk_select_in_range_2.cuh"
-#include "functions/sk_read_step_65.cuh"
 #include "functions/sk_merge_row.cuh"
 #include "functions/sk_write_results.cuh"
 #include "functions/sk_merge.cuh"
 #include "functions/sk_digit_counts_6.cuh"
+#include "functions/sk_attempt_cut.cuh"
 #include "functions/sk_cut_part_4.cuh"
 #include "functions/sk_cut_here.cuh"
-#include "functions/sk_attempt_cut.cuh"
 #include "functions/sk_select_in_range_3.cuh"
 #include "functions/sk_attempt_cut_2.cuh"
 #include "functions/sk_select_in_range_4.cuh"
 #include "functions/sk_attempt_cut_3.cuh"
 #include "functions/sk_cut_row.cuh"
 #include "functions/sk_merge_cut.cuh"
-#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_find_set_4.cuh"
+#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_chunk_3.cuh"
 #include "functions/sk_race_long_3.cuh"
 #include "functions/sk_race_3.cuh"
@@ -164,7 +165,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_row_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (28216 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);
     for (unsigned int group = blockIdx.x; group < (batch * (cut_here ? parts : 1u)); group += gridDim.x) {
@@ -268,14 +269,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                                 float row_s = (0.0f);
                                 row_s = sk_block_sum_f32(s);
                                 if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
-                                    sk_merge_row_2(kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, temp, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                                    sk_merge_row_2(kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, row, temp, capped, noisy, col_hi, col_lo, reads_before, one_read_done);
                                 }
                             }
                         }
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep(reads_before, col_hi, col_lo, base, temp, k_first, searched, mp_first, mp, kk, pp, row, filtered, noisy);
+                    sk_sweep(reads_before, col_hi, col_lo, base, row, temp, k_first, searched, mp_first, mp, kk, pp, filtered, noisy);
                 }
             }
         }

@@ -73,20 +73,20 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
-#include "functions/sk_read_step_40.cuh"
 #include "functions/sk_read_step_41.cuh"
+#include "functions/sk_read_step_42.cuh"
 #include "functions/sk_race_part.cuh"
 #include "functions/sk_for_each_word.cuh"
-#include "functions/sk_for_each_word_2.cuh"
-#include "functions/sk_read_step_42.cuh"
 #include "functions/sk_read_step_43.cuh"
+#include "functions/sk_read_step_44.cuh"
+#include "functions/sk_for_each_word_2.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 #include "functions/sk_place_cut.cuh"
 #include "functions/sk_histogram_part.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25744 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25744 + SK_BLOCK_RESERVED)))) top_k_parts_logits_f16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -171,57 +171,57 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
                     float zx15 = (0.0f);
                     if ((li15 < n_cols)) {
-                        sk_read_step_42(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_44(base, col_lo, i0, row, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     } else {
-                        sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
+                        sk_read_step_43(li0, n_cols, base, col_lo, row, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15);
                     }
                     {
-                        sk_read_step_41(zx0, temp, li0, n_cols, m);
+                        sk_read_step_42(zx0, temp, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx1, temp, li1, n_cols, m);
+                        sk_read_step_42(zx1, temp, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx2, temp, li2, n_cols, m);
+                        sk_read_step_42(zx2, temp, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx3, temp, li3, n_cols, m);
+                        sk_read_step_42(zx3, temp, li3, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx4, temp, li4, n_cols, m);
+                        sk_read_step_42(zx4, temp, li4, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx5, temp, li5, n_cols, m);
+                        sk_read_step_42(zx5, temp, li5, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx6, temp, li6, n_cols, m);
+                        sk_read_step_42(zx6, temp, li6, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx7, temp, li7, n_cols, m);
+                        sk_read_step_42(zx7, temp, li7, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx8, temp, li8, n_cols, m);
+                        sk_read_step_42(zx8, temp, li8, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx9, temp, li9, n_cols, m);
+                        sk_read_step_42(zx9, temp, li9, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx10, temp, li10, n_cols, m);
+                        sk_read_step_42(zx10, temp, li10, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx11, temp, li11, n_cols, m);
+                        sk_read_step_42(zx11, temp, li11, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx12, temp, li12, n_cols, m);
+                        sk_read_step_42(zx12, temp, li12, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx13, temp, li13, n_cols, m);
+                        sk_read_step_42(zx13, temp, li13, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx14, temp, li14, n_cols, m);
+                        sk_read_step_42(zx14, temp, li14, n_cols, m);
                     }
                     {
-                        sk_read_step_41(zx15, temp, li15, n_cols, m);
+                        sk_read_step_42(zx15, temp, li15, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);
@@ -323,14 +323,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e162 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e162 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e162 + 4u)]));
-                            const float sk_e165 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e163 = ((sk_e165 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e164 = (sk_e165 - mp_mx);
-                            const bool sk_e166 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e167 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) > (0.0f)) && ((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) >= mp)))) {
+                            const unsigned int sk_e288 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e288 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e288 + 4u)]));
+                            const float sk_e291 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e289 = ((sk_e291 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e290 = (sk_e291 - mp_mx);
+                            const bool sk_e292 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e293 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e293 ? sk_e289 : (sk_e292 ? (0.0f) : sk_exp(sk_e290))) > (0.0f)) && ((sk_e293 ? sk_e289 : (sk_e292 ? (0.0f) : sk_exp(sk_e290))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

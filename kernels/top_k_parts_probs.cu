@@ -62,8 +62,8 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_race_part_2.cuh"
 #include "functions/sk_for_each_word_3.cuh"
 #include "functions/sk_for_each_word_4.cuh"
-#include "functions/sk_read_step_44.cuh"
 #include "functions/sk_read_step_45.cuh"
+#include "functions/sk_read_step_46.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_histogram_part_2.cuh"
@@ -153,16 +153,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         zx3 = (sk_e7 ? sk_load_x(((base + col_lo) + (sk_e7 ? li3 : (n_cols - 1u)))) : (0.0f));
                     }
                     {
-                        sk_read_step_45(zx0, li0, n_cols, m);
+                        sk_read_step_46(zx0, li0, n_cols, m);
                     }
                     {
-                        sk_read_step_45(zx1, li1, n_cols, m);
+                        sk_read_step_46(zx1, li1, n_cols, m);
                     }
                     {
-                        sk_read_step_45(zx2, li2, n_cols, m);
+                        sk_read_step_46(zx2, li2, n_cols, m);
                     }
                     {
-                        sk_read_step_45(zx3, li3, n_cols, m);
+                        sk_read_step_46(zx3, li3, n_cols, m);
                     }
                 }
                 float part_m = (0.0f);

@@ -65,16 +65,19 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_12.cuh"
 #include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_cut_part_3.cuh"
-#include "functions/sk_load_quad_as_12.cuh"
+#include "functions/sk_load_quad_as_14.cuh"
+#include "functions/sk_load_quad_as_15.cuh"
 #include "functions/sk_race_one.cuh"
 #include "functions/sk_read_step_62.cuh"
+#include "functions/sk_read_step_56.cuh"
+#include "functions/sk_read_step_64.cuh"
 #include "functions/sk_race_one_6.cuh"
-#include "functions/sk_read_step_81.cuh"
+#include "functions/sk_read_step_82.cuh"
 #include "functions/sk_cut_part_13.cuh"
-#include "functions/sk_cut_part_14.cuh"
+#include "functions/sk_cut_kernel.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_logits_bf16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -101,20 +104,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
         const unsigned int sk_e0 = (row * 12u);
         bool filtered = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
-            // built by kernels::filter_top_p::cut_kernel
-            bool has_k = (kk < vocab);
-            bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            unsigned int kc = (capped ? 256u : kk);
-            const unsigned int sk_e1 = (row * 12u);
-            bool one_read = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
-            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            const unsigned int sk_e2 = (row * 12u);
-            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
-            unsigned int row_go = 0u;
-            row_go = sk_block_max_u32(partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
-            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
-                sk_cut_part_14(row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
-            }
+            sk_cut_kernel(kk, k_first, pp, mp, row, filtered, parts, mp_first, row_slot, temp, col_hi, col_lo, base, noisy, part);
         }
     }
 }

@@ -56,17 +56,17 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_cut_part_15.cuh"
+#include "functions/sk_cut_part_14.cuh"
 #include "functions/sk_cut_part_6.cuh"
 #include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_load_quad_as_13.cuh"
+#include "functions/sk_load_quad_as_16.cuh"
 #include "functions/sk_race_one_4.cuh"
-#include "functions/sk_cut_part_16.cuh"
-#include "functions/sk_read_step_76.cuh"
+#include "functions/sk_cut_part_15.cuh"
+#include "functions/sk_read_step_77.cuh"
 #include "functions/sk_race_one_7.cuh"
+#include "functions/sk_cut_part_16.cuh"
 #include "functions/sk_cut_part_17.cuh"
 #include "functions/sk_cut_part_18.cuh"
-#include "functions/sk_cut_part_19.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -139,9 +139,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int best64_i = 4294967295u;
                     if (cut_seeded) {
-                        sk_cut_part_19(col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, cut_counts, min_above, best64, best64_i, m_range, min_range, max_range_v, max_below_v);
+                        sk_cut_part_18(col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, cut_counts, min_above, best64, best64_i, m_range, min_range, max_range_v, max_below_v);
                     } else {
-                        sk_cut_part_18(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i);
+                        sk_cut_part_17(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i);
                     }
                     __threadfence();
                     unsigned int part_n_above = 0u;
@@ -252,16 +252,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e88) ? li3 : (sk_e88 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_77(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_77(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_77(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                    sk_read_step_77(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
                                 }
                             }
                         }

@@ -13,13 +13,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(6) var<storage, read> listed: array<u32>;
-@group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(4) var<storage, read_write> logprobs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> status: array<u32>;
+@group(0) @binding(6) var<storage, read_write> passes: array<u32>;
+@group(0) @binding(7) var<storage, read> listed: array<u32>;
+@group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
@@ -74,22 +75,22 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
+// shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_3.wgsl
-// shaders/functions/sk_list_keys.wgsl
-// shaders/functions/sk_race_sweep.wgsl
-// shaders/functions/sk_sort.wgsl
 // shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_list_keys.wgsl
+// shaders/functions/sk_race_sweep.wgsl
 // shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_sort.wgsl
+// shaders/functions/sk_column_of_key.wgsl
+// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_8.wgsl
 // shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_10.wgsl
-// shaders/functions/sk_column_of_key.wgsl
 // shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_candidate.wgsl
 // shaders/functions/sk_read_step_12.wgsl
@@ -143,9 +144,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_7(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -188,7 +189,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set(sk_lid, stage, sel_a, col_hi, col_lo, base, row, temp, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -197,8 +198,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e54: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e54)) + 1lu), tn64, sk_e54)));
+                let sk_e120: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e120)) + 1lu), tn64, sk_e120)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -230,21 +231,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -257,9 +258,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var rank_done: bool = false;
             var rank_col: u32 = 4294967295u;
-            let sk_e67: u32 = (row * 12u);
-            if ((((rows[(sk_e67 + 1u)] == 1u) && (rows[(sk_e67 + 6u)] == 1u)) && filtered)) {
-                sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
+            let sk_e148: u32 = (row * 12u);
+            if ((((rows[(sk_e148 + 1u)] == 1u) && (rows[(sk_e148 + 6u)] == 1u)) && filtered)) {
+                sk_race(sk_lid, tie_start, col_hi, col_lo, base, row, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);
@@ -287,9 +288,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
                                 sk_read_step_11(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
@@ -331,9 +332,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -344,8 +345,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e180: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e180 ^ (bitcast<u32>((bitcast<i32>(sk_e180) >> 31u)) | 2147483648u));
+                                let sk_e396: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e396 ^ (bitcast<u32>((bitcast<i32>(sk_e396) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -355,8 +356,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e181: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e181), sk_e181, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e397: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e397), sk_e397, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -369,8 +370,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e182: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e182 ^ (bitcast<u32>((bitcast<i32>(sk_e182) >> 31u)) | 2147483648u));
+                                let sk_e398: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e398 ^ (bitcast<u32>((bitcast<i32>(sk_e398) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -380,8 +381,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e183: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e183), sk_e183, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e399: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e399), sk_e399, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -394,8 +395,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e184: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e184 ^ (bitcast<u32>((bitcast<i32>(sk_e184) >> 31u)) | 2147483648u));
+                                let sk_e400: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e400 ^ (bitcast<u32>((bitcast<i32>(sk_e400) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -405,8 +406,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e185: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e185), sk_e185, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e401: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e401), sk_e401, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -419,8 +420,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e186: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e186 ^ (bitcast<u32>((bitcast<i32>(sk_e186) >> 31u)) | 2147483648u));
+                                let sk_e402: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e402 ^ (bitcast<u32>((bitcast<i32>(sk_e402) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -430,8 +431,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e187: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e187), sk_e187, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e403: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e403), sk_e403, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -465,8 +466,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e188: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e406: u32 = (base + tok_at);
+                    let sk_e404: u32 = (sk_e406 - base);
+                    let sk_e405: f32 = sk_load_x(sk_e406);
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(bitcast<f32>(4286578688u), select(sk_e405, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e405) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e404 >> 5u))] >> (sk_e404 & 31u)) & 1u) != 0u))) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

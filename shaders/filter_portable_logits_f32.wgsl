@@ -13,13 +13,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(6) var<storage, read> listed: array<u32>;
-@group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(4) var<storage, read_write> logprobs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> status: array<u32>;
+@group(0) @binding(6) var<storage, read_write> passes: array<u32>;
+@group(0) @binding(7) var<storage, read> listed: array<u32>;
+@group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<vec2<u32>, BLOCK>;
@@ -115,11 +116,11 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exponential.words.wgsl
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
+// shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_read_step_29.wgsl
-// shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
-// shaders/functions/sk_read_step_4.wgsl
-// shaders/functions/sk_read_step_6.wgsl
+// shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts_4.wgsl
 // shaders/functions/sk_candidate_3.wgsl
 // shaders/functions/sk_read_step_30.wgsl
@@ -170,9 +171,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_7(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -215,7 +216,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, row, temp, mx, mp_first, mp, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -224,8 +225,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
                 var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-                let sk_e54: bool = all(tie_v == vec2<u32>(0u, 0u));
-                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e54)), vec2<u32>(1u, 0u)), tn64, sk_e54), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e54)), vec2<u32>(1u, 0u)), tn64, sk_e54)))).x;
+                let sk_e120: bool = all(tie_v == vec2<u32>(0u, 0u));
+                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e120)), vec2<u32>(1u, 0u)), tn64, sk_e120), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e120)), vec2<u32>(1u, 0u)), tn64, sk_e120)))).x;
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -257,9 +258,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_29(col_lo, li0, zx0, temp, mx, s_key, &mine);
@@ -309,9 +310,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -322,8 +323,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e75: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e75 ^ (bitcast<u32>((bitcast<i32>(sk_e75) >> 31u)) | 2147483648u));
+                                let sk_e171: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e171 ^ (bitcast<u32>((bitcast<i32>(sk_e171) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -333,8 +334,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e76: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e76), sk_e76, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e172: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e172), sk_e172, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -347,8 +348,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e77: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e77 ^ (bitcast<u32>((bitcast<i32>(sk_e77) >> 31u)) | 2147483648u));
+                                let sk_e173: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e173 ^ (bitcast<u32>((bitcast<i32>(sk_e173) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -358,8 +359,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e78: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e78), sk_e78, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e174: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e174), sk_e174, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -372,8 +373,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e79: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e79 ^ (bitcast<u32>((bitcast<i32>(sk_e79) >> 31u)) | 2147483648u));
+                                let sk_e175: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e175 ^ (bitcast<u32>((bitcast<i32>(sk_e175) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -383,8 +384,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e80: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e80), sk_e80, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e176: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e176), sk_e176, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -397,8 +398,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                let sk_e81: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                                var key: u32 = (sk_e81 ^ (bitcast<u32>((bitcast<i32>(sk_e81) >> 31u)) | 2147483648u));
+                                let sk_e177: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                                var key: u32 = (sk_e177 ^ (bitcast<u32>((bitcast<i32>(sk_e177) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: vec2<u32> = vec2<u32>(0u, 0u);
@@ -408,8 +409,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e82: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e82), sk_e82, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e178: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e178), sk_e178, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -440,8 +441,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e83: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e181: u32 = (base + tok_at);
+                    let sk_e179: u32 = (sk_e181 - base);
+                    let sk_e180: f32 = sk_load_x(sk_e181);
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(bitcast<f32>(4286578688u), select(sk_e180, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e179 >> 5u))] >> (sk_e179 & 31u)) & 1u) != 0u))) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

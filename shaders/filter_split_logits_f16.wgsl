@@ -13,14 +13,15 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(6) var<storage, read> listed: array<u32>;
-@group(0) @binding(7) var<storage, read_write> partials: array<u32>;
-@group(0) @binding(8) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(4) var<storage, read_write> logprobs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> status: array<u32>;
+@group(0) @binding(6) var<storage, read_write> passes: array<u32>;
+@group(0) @binding(7) var<storage, read> listed: array<u32>;
+@group(0) @binding(8) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(9) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
@@ -72,15 +73,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
-// shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_read_step_36.wgsl
+// shaders/functions/sk_sweep_set.wgsl
+// shaders/functions/sk_read_step_37.wgsl
 // shaders/functions/sk_set_bounds.wgsl
 // shaders/functions/sk_decide.wgsl
 // shaders/functions/sk_stage.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var stage: u32 = ((params.flags >> 8u) & 255u);
+    var stage: u32 = ((params.flags >> 8u) & 63u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -157,18 +159,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            var zx_at: u32 = ((base + col_lo) + i0);
-                            let sk_e5: f32 = sk_load_x(zx_at);
-                            zx0 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                            let sk_e6: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                            zx1 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                            let sk_e7: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                            zx2 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                            let sk_e8: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                            zx3 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                            sk_read_step_36(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_33(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
@@ -199,7 +192,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
-                sk_stage(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, mp_first, mp, part, searched, row, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
+                sk_stage(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, row, temp, mp_first, mp, part, searched, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::filter_split::store_state

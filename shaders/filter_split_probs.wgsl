@@ -63,19 +63,19 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_37.wgsl
-// shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_38.wgsl
+// shaders/functions/sk_select_step.wgsl
+// shaders/functions/sk_read_step_39.wgsl
 // shaders/functions/sk_read_step_17.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_39.wgsl
+// shaders/functions/sk_read_step_40.wgsl
 // shaders/functions/sk_set_bounds_2.wgsl
 // shaders/functions/sk_decide_2.wgsl
 // shaders/functions/sk_stage_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var stage: u32 = ((params.flags >> 8u) & 255u);
+    var stage: u32 = ((params.flags >> 8u) & 63u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
         // built by kernels::abi::for_each_row_part_at

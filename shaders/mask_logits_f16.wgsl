@@ -13,9 +13,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
@@ -44,11 +45,11 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_read_step.wgsl
-// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_read_step_4.wgsl
-// shaders/functions/sk_read_step_6.wgsl
+// shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_candidate.wgsl
 // shaders/functions/sk_read_step_12.wgsl
@@ -98,9 +99,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_7(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -145,8 +146,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                 // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                let sk_e9: u32 = (stage - 1u);
-                var digit_pass: u32 = select((sk_e9 - sel_a), sk_e9, in_a);
+                let sk_e24: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e24 - sel_a), sk_e24, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -170,9 +171,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = (0.0f);
                             if ((li3 < sweep_n)) {
-                                sk_read_step_4(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_7(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < sweep_n)) {
                                 sk_read_step_13(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, in_a, mp_first, mp, &list_at);
@@ -197,12 +198,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e22: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                        let sk_e54: u32 = (base + col);
+                        let sk_e52: u32 = (sk_e54 - base);
+                        let sk_e53: f32 = sk_load_x(sk_e54);
+                        var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e53, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e52 >> 5u))] >> (sk_e52 & 31u)) & 1u) != 0u)));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e23: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e23 ^ (bitcast<u32>((bitcast<i32>(sk_e23) >> 31u)) | 2147483648u));
+                        let sk_e55: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e55 ^ (bitcast<u32>((bitcast<i32>(sk_e55) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -220,12 +223,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e24: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                        let sk_e58: u32 = (base + col);
+                        let sk_e56: u32 = (sk_e58 - base);
+                        let sk_e57: f32 = sk_load_x(sk_e58);
+                        var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e57, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e56 >> 5u))] >> (sk_e56 & 31u)) & 1u) != 0u)));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e25: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e25 ^ (bitcast<u32>((bitcast<i32>(sk_e25) >> 31u)) | 2147483648u));
+                        let sk_e59: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e59 ^ (bitcast<u32>((bitcast<i32>(sk_e59) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -259,8 +264,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        let sk_e26: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e26 == (sel_n + min(sel_tn, 64u))) || (!((sk_e26 < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e60: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e60 == (sel_n + min(sel_tn, 64u))) || (!((sk_e60 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -273,7 +278,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_2(sk_lid, listed, n_list, base, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
+                    sk_digit_counts_2(sk_lid, listed, n_list, base, row, temp, mx, in_a, mp_first, mp, shift, col_hi, col_lo, digit_pass, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
                 }
             }
             var s_key: u32 = sel_key;
@@ -283,8 +288,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e54: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e54)) + 1lu), tn64, sk_e54)));
+                let sk_e120: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e120)) + 1lu), tn64, sk_e120)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -316,21 +321,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = (0.0f);
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                                     } else {
-                                        sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                        sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -359,9 +364,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li3: u32 = (c0 + 3u);
                         var zx3: f32 = (0.0f);
                         if ((li3 < sweep_n)) {
-                            sk_read_step_6(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_2(base, col_lo, c0, row, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_5(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step(base, col_lo, li0, sweep_n, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < sweep_n)) {
                             sk_read_step_26(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);

@@ -83,7 +83,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
                         let sk_e1: f32 = sk_load_x((base + col));
-                        var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                        var xv: f32 = select(sk_e1, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                         var score: f32 = xv;
                         if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                             // built by kernels::race::probs_pass
@@ -106,7 +106,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
                         let sk_e2: f32 = sk_load_x((base + col));
-                        var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        var xv: f32 = select(sk_e2, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                         var score: f32 = xv;
                         if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                             // built by kernels::race::probs_pass
@@ -129,7 +129,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
                         let sk_e3: f32 = sk_load_x((base + col));
-                        var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        var xv: f32 = select(sk_e3, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                         var score: f32 = xv;
                         if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                             // built by kernels::race::probs_pass
@@ -152,7 +152,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
                         let sk_e4: f32 = sk_load_x((base + col));
-                        var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var xv: f32 = select(sk_e4, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                         var score: f32 = xv;
                         if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                             // built by kernels::race::probs_pass
@@ -192,7 +192,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
                     let sk_e5: f32 = sk_load_x((base + tok));
-                    var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                    var pt: f32 = select(sk_e5, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                     if ((sk_lid == 0u)) {
                         logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
                     }

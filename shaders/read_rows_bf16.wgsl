@@ -13,8 +13,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read_write> sums: array<f32>;
-@group(0) @binding(2) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read_write> sums: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
@@ -24,6 +25,7 @@ fn sk_load_x(i: u32) -> f32 {
 }
 // The crate puts these files before this one:
 // shaders/functions/sk_block_sum_f32.wgsl
+// shaders/functions/sk_for_each_column_then_15.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -37,32 +39,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
             {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    let sk_e0: f32 = sk_load_x((base + col));
-                    s = (s + select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 0u, &s);
             }
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    let sk_e1: f32 = sk_load_x((base + col));
-                    s = (s + select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 1u, &s);
             }
             {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    let sk_e2: f32 = sk_load_x((base + col));
-                    s = (s + select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 2u, &s);
             }
             {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    let sk_e3: f32 = sk_load_x((base + col));
-                    s = (s + select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)));
-                }
+                sk_for_each_column_then_15(c0, col_hi, base, row, 3u, &s);
             }
         }
         var row_sum: f32 = (0.0f);

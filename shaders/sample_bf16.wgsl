@@ -13,13 +13,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> partials: array<atomic<u32>>;
-@group(0) @binding(6) var<storage, read_write> counters: array<atomic<u32>>;
-@group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(4) var<storage, read_write> logprobs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> status: array<u32>;
+@group(0) @binding(6) var<storage, read_write> partials: array<atomic<u32>>;
+@group(0) @binding(7) var<storage, read_write> counters: array<atomic<u32>>;
+@group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
@@ -53,10 +54,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
 // shaders/functions/sk_for_each_column_then_14.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
+// shaders/functions/sk_load_quad_as_12.wgsl
+// shaders/functions/sk_load_quad_as_13.wgsl
 // shaders/functions/sk_greedy_column.wgsl
 // shaders/functions/sk_sample_2.wgsl
-// shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_last_part_combines_4.wgsl

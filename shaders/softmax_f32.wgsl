@@ -13,10 +13,11 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> probs: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<u32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> probs: array<f32>;
+@group(0) @binding(4) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(5) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
@@ -29,11 +30,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_for_each_column_then.wgsl
 // shaders/functions/sk_load_quad_as.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_for_each_column_then_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var stage: u32 = ((params.flags >> 8u) & 255u);
+    var stage: u32 = ((params.flags >> 8u) & 63u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -69,7 +71,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
+                sk_for_each_column_then_2(base, c0, col_hi, row, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -84,17 +86,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e20: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                    let sk_e21: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                    sk_load_quad_as_2(x_at, base, row, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
                 }
                 {
                     sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &m, &s, &comp);
@@ -117,7 +111,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((parts <= 1u)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
+                    sk_for_each_column_then_2(base, c0, col_hi, row, temp, row_max, inv);
                 }
             } else {
                 if ((sk_lid == 0u)) {

@@ -13,14 +13,15 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
-@group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(6) var<storage, read> listed: array<u32>;
-@group(0) @binding(7) var<storage, read_write> partials: array<atomic<u32>>;
-@group(0) @binding(8) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(4) var<storage, read_write> logprobs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> status: array<u32>;
+@group(0) @binding(6) var<storage, read_write> passes: array<u32>;
+@group(0) @binding(7) var<storage, read> listed: array<u32>;
+@group(0) @binding(8) var<storage, read_write> partials: array<atomic<u32>>;
+@group(0) @binding(9) var<uniform> params: Params;
 
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
@@ -82,46 +83,47 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_12.wgsl
+// shaders/functions/sk_load_quad_as_14.wgsl
+// shaders/functions/sk_load_quad_as_15.wgsl
 // shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_46.wgsl
-// shaders/functions/sk_race_one_6.wgsl
-// shaders/functions/sk_read_step_82.wgsl
 // shaders/functions/sk_read_step_47.wgsl
-// shaders/functions/sk_select_in_range.wgsl
 // shaders/functions/sk_read_step_48.wgsl
 // shaders/functions/sk_read_step_49.wgsl
+// shaders/functions/sk_read_step_50.wgsl
+// shaders/functions/sk_race_one_6.wgsl
+// shaders/functions/sk_read_step_83.wgsl
+// shaders/functions/sk_read_step_51.wgsl
+// shaders/functions/sk_read_step_52.wgsl
+// shaders/functions/sk_read_step_53.wgsl
+// shaders/functions/sk_select_in_range.wgsl
+// shaders/functions/sk_read_step_54.wgsl
+// shaders/functions/sk_read_step_55.wgsl
 // shaders/functions/sk_list_keys.wgsl
 // shaders/functions/sk_race_sweep_3.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
-// shaders/functions/sk_read_step_62.wgsl
-// shaders/functions/sk_read_step_50.wgsl
+// shaders/functions/sk_read_step_64.wgsl
 // shaders/functions/sk_sort.wgsl
-// shaders/functions/sk_read_step_51.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
-// shaders/functions/sk_read_step_52.wgsl
-// shaders/functions/sk_read_step_53.wgsl
-// shaders/functions/sk_race_one_8.wgsl
-// shaders/functions/sk_read_step_54.wgsl
-// shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_55.wgsl
 // shaders/functions/sk_read_step_56.wgsl
+// shaders/functions/sk_column_of_key_3.wgsl
+// shaders/functions/sk_race_one_8.wgsl
+// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_57.wgsl
 // shaders/functions/sk_read_step_58.wgsl
 // shaders/functions/sk_read_step_59.wgsl
-// shaders/functions/sk_column_of_key_3.wgsl
 // shaders/functions/sk_read_step_60.wgsl
+// shaders/functions/sk_read_step_61.wgsl
+// shaders/functions/sk_read_step_62.wgsl
 // shaders/functions/sk_candidate.wgsl
-// shaders/functions/sk_read_step_63.wgsl
-// shaders/functions/sk_read_step_64.wgsl
 // shaders/functions/sk_read_step_65.wgsl
+// shaders/functions/sk_read_step_66.wgsl
 // shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_write_results.wgsl
 // shaders/functions/sk_merge_3.wgsl
@@ -135,8 +137,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_attempt_cut_9.wgsl
 // shaders/functions/sk_cut_row_3.wgsl
 // shaders/functions/sk_merge_cut_3.wgsl
-// shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_find_set_4.wgsl
+// shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_chunk_3.wgsl
 // shaders/functions/sk_race_long_3.wgsl
 // shaders/functions/sk_race_3.wgsl
@@ -226,18 +228,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e567: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e567 + 1u)] == 1u) && (rows[(sk_e567 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e1091: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e1091 + 1u)] == 1u) && (rows[(sk_e1091 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e568: u32 = (row * 12u);
-                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e568 + 1u)] == 1u) && (rows[(sk_e568 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e568 + 7u)] != 2u));
+                let sk_e1092: u32 = (row * 12u);
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1092 + 1u)] == 1u) && (rows[(sk_e1092 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1092 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e569: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e569 + 1u)] == 1u) && (rows[(sk_e569 + 6u)] == 1u))));
+                let sk_e1093: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1093 + 1u)] == 1u) && (rows[(sk_e1093 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {

@@ -13,11 +13,12 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read> listed: array<u32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<atomic<u32>>;
-@group(0) @binding(4) var<storage, read_write> counters: array<atomic<u32>>;
-@group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read> listed: array<u32>;
+@group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>;
+@group(0) @binding(5) var<storage, read_write> counters: array<atomic<u32>>;
+@group(0) @binding(6) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
@@ -57,14 +58,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
-// shaders/functions/sk_read_step_40.wgsl
-// shaders/functions/sk_parts_kernel.wgsl
 // shaders/functions/sk_read_step_41.wgsl
+// shaders/functions/sk_parts_kernel.wgsl
+// shaders/functions/sk_read_step_42.wgsl
 // shaders/functions/sk_race_part.wgsl
 // shaders/functions/sk_for_each_word.wgsl
-// shaders/functions/sk_for_each_word_2.wgsl
-// shaders/functions/sk_read_step_42.wgsl
 // shaders/functions/sk_read_step_43.wgsl
+// shaders/functions/sk_read_step_44.wgsl
+// shaders/functions/sk_for_each_word_2.wgsl
 // shaders/functions/sk_read_part.wgsl
 // shaders/functions/sk_clear.wgsl
 // shaders/functions/sk_place_cut.wgsl
@@ -158,57 +159,57 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li15: u32 = (i0 + (BLOCK * 15u));
                         var zx15: f32 = (0.0f);
                         if ((li15 < n_cols)) {
-                            sk_read_step_42(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                            sk_read_step_44(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                         } else {
-                            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+                            sk_read_step_43(li0, n_cols, base, col_lo, row, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
                         }
                         {
-                            sk_read_step_41(zx0, temp, li0, n_cols, &m);
+                            sk_read_step_42(zx0, temp, li0, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx1, temp, li1, n_cols, &m);
+                            sk_read_step_42(zx1, temp, li1, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx2, temp, li2, n_cols, &m);
+                            sk_read_step_42(zx2, temp, li2, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx3, temp, li3, n_cols, &m);
+                            sk_read_step_42(zx3, temp, li3, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx4, temp, li4, n_cols, &m);
+                            sk_read_step_42(zx4, temp, li4, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx5, temp, li5, n_cols, &m);
+                            sk_read_step_42(zx5, temp, li5, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx6, temp, li6, n_cols, &m);
+                            sk_read_step_42(zx6, temp, li6, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx7, temp, li7, n_cols, &m);
+                            sk_read_step_42(zx7, temp, li7, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx8, temp, li8, n_cols, &m);
+                            sk_read_step_42(zx8, temp, li8, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx9, temp, li9, n_cols, &m);
+                            sk_read_step_42(zx9, temp, li9, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx10, temp, li10, n_cols, &m);
+                            sk_read_step_42(zx10, temp, li10, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx11, temp, li11, n_cols, &m);
+                            sk_read_step_42(zx11, temp, li11, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx12, temp, li12, n_cols, &m);
+                            sk_read_step_42(zx12, temp, li12, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx13, temp, li13, n_cols, &m);
+                            sk_read_step_42(zx13, temp, li13, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx14, temp, li14, n_cols, &m);
+                            sk_read_step_42(zx14, temp, li14, n_cols, &m);
                         }
                         {
-                            sk_read_step_41(zx15, temp, li15, n_cols, &m);
+                            sk_read_step_42(zx15, temp, li15, n_cols, &m);
                         }
                     }
                     var part_m: f32 = (0.0f);
@@ -298,15 +299,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e168: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e168 + 1u)] == 1u) && (rows[(sk_e168 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e294: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e294 + 1u)] == 1u) && (rows[(sk_e294 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            let sk_e169: u32 = (row * 12u);
-            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e169 + 7u)] != 2u));
+            let sk_e295: u32 = (row * 12u);
+            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e295 + 1u)] == 1u) && (rows[(sk_e295 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e295 + 7u)] != 2u));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e170: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u))));
+            let sk_e296: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e296 + 1u)] == 1u) && (rows[(sk_e296 + 6u)] == 1u))));
             if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
                 if (top_p_cut) {
                     sk_merging = (part == 0u);

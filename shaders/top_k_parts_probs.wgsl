@@ -58,8 +58,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_race_part_2.wgsl
 // shaders/functions/sk_for_each_word_3.wgsl
 // shaders/functions/sk_for_each_word_4.wgsl
-// shaders/functions/sk_read_step_44.wgsl
 // shaders/functions/sk_read_step_45.wgsl
+// shaders/functions/sk_read_step_46.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
@@ -151,16 +151,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e7))), sk_e7);
                         }
                         {
-                            sk_read_step_45(zx0, li0, n_cols, &m);
+                            sk_read_step_46(zx0, li0, n_cols, &m);
                         }
                         {
-                            sk_read_step_45(zx1, li1, n_cols, &m);
+                            sk_read_step_46(zx1, li1, n_cols, &m);
                         }
                         {
-                            sk_read_step_45(zx2, li2, n_cols, &m);
+                            sk_read_step_46(zx2, li2, n_cols, &m);
                         }
                         {
-                            sk_read_step_45(zx3, li3, n_cols, &m);
+                            sk_read_step_46(zx3, li3, n_cols, &m);
                         }
                     }
                     var part_m: f32 = (0.0f);

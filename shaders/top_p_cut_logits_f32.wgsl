@@ -13,10 +13,11 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> rows: array<u32>;
-@group(0) @binding(2) var<storage, read> listed: array<u32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<u32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> allowed: array<u32>;
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+@group(0) @binding(3) var<storage, read> listed: array<u32>;
+@group(0) @binding(4) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(5) var<uniform> params: Params;
 
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
@@ -61,13 +62,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_12.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_12.wgsl
+// shaders/functions/sk_load_quad_as_14.wgsl
+// shaders/functions/sk_load_quad_as_15.wgsl
 // shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_read_step_62.wgsl
+// shaders/functions/sk_read_step_56.wgsl
+// shaders/functions/sk_read_step_64.wgsl
 // shaders/functions/sk_race_one_6.wgsl
-// shaders/functions/sk_read_step_81.wgsl
+// shaders/functions/sk_read_step_82.wgsl
 // shaders/functions/sk_cut_part_13.wgsl
-// shaders/functions/sk_cut_part_14.wgsl
+// shaders/functions/sk_cut_kernel.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -97,20 +101,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         let sk_e0: u32 = (row * 12u);
         var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
-            // built by kernels::filter_top_p::cut_kernel
-            var has_k: bool = (kk < params.vocab);
-            var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
-            var kc: u32 = select(kk, 256u, capped);
-            let sk_e1: u32 = (row * 12u);
-            var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1 + 7u)] != 2u));
-            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            let sk_e2: u32 = (row * 12u);
-            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e2 + 1u)] == 1u) && (rows[(sk_e2 + 6u)] == 1u))));
-            var row_go: u32 = 0u;
-            row_go = sk_block_max_u32(sk_lid, partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]);
-            if (((one_read && (top_p_cut || min_p_cut)) && (row_go == 1u))) {
-                sk_cut_part_14(sk_lid, row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
-            }
+            sk_cut_kernel(sk_lid, kk, k_first, pp, mp, row, filtered, parts, mp_first, row_slot, temp, col_hi, col_lo, base, noisy, part);
         }
     }
 }

@@ -56,17 +56,17 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_cut_part_15.wgsl
+// shaders/functions/sk_cut_part_14.wgsl
 // shaders/functions/sk_cut_part_6.wgsl
 // shaders/functions/sk_cut_part_7.wgsl
-// shaders/functions/sk_load_quad_as_13.wgsl
+// shaders/functions/sk_load_quad_as_16.wgsl
 // shaders/functions/sk_race_one_4.wgsl
-// shaders/functions/sk_cut_part_16.wgsl
-// shaders/functions/sk_read_step_76.wgsl
+// shaders/functions/sk_cut_part_15.wgsl
+// shaders/functions/sk_read_step_77.wgsl
 // shaders/functions/sk_race_one_7.wgsl
+// shaders/functions/sk_cut_part_16.wgsl
 // shaders/functions/sk_cut_part_17.wgsl
 // shaders/functions/sk_cut_part_18.wgsl
-// shaders/functions/sk_cut_part_19.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -139,9 +139,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                     var best64_i: u32 = 4294967295u;
                     if (cut_seeded) {
-                        sk_cut_part_19(sk_lid, col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, &cut_counts, &min_above, &best64, &best64_i, &m_range, &min_range, &max_range_v, &max_below_v);
+                        sk_cut_part_18(sk_lid, col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, part_mx, noisy, row, cut_range_from, row_slot, parts, part, &cut_counts, &min_above, &best64, &best64_i, &m_range, &min_range, &max_range_v, &max_below_v);
                     } else {
-                        sk_cut_part_18(sk_lid, cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &cut_counts, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
+                        sk_cut_part_17(sk_lid, cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, part_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &cut_counts, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
                     }
                     storageBarrier();
                     var part_n_above: u32 = 0u;
@@ -252,16 +252,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x(((base + col_lo) + select((sk_e88 - 1u), li3, (li3 < sk_e88))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_77(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_77(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_77(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                    sk_read_step_77(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                                 }
                             }
                         }

@@ -8,7 +8,7 @@ use crate::backend::logprobs::{LogprobsOutput, LogprobsRequest};
 use crate::backend::stage::LogitsStage;
 #[cfg(feature = "wgpu")]
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{sample_job, Backend, Logits, Output, RowLists};
+use crate::backend::{sample_job, AtRead, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::sglang::NormalizedParams;
 use crate::types::{FilterPath, RowMode, RowParams, Shape};
@@ -74,7 +74,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     /// [`Sampler::step_into`] records them into an engine's encoder instead.
     pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
         let top_p_cut = self.write_rows(shape, rows)?;
-        self.backend.run(self.job(shape, logits, out, top_p_cut)?)
+        self.backend.run(self.job(shape, logits, out, top_p_cut, AtRead::none())?)
     }
 
     /// Checks a step's row records and writes them, and the row lists they make, to the
@@ -121,6 +121,17 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         Ok(self.filtered.iter().any(|&r| rows[r as usize].may_take_cut(shape.vocab)))
     }
 
+    /// What a device's kernels apply of `stage` as they read the logits, once it is checked for
+    /// `shape`; the rest of a stage is refused by name.
+    fn at_read<'a>(&self, shape: Shape, stage: &LogitsStage<'a, B>) -> Result<AtRead<'a, B>> {
+        shape.validate()?;
+        stage.validate(shape)?;
+        match stage.sparse_feature() {
+            Some(feature) => Err(Error::UnsupportedStage { feature }),
+            None => Ok(stage.at_read()),
+        }
+    }
+
     /// The checked job of a step whose rows [`Sampler::write_rows`] wrote.
     fn job<'a>(
         &'a self,
@@ -128,6 +139,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         logits: Logits<'a, B>,
         out: Output<'a, B>,
         top_p_cut: bool,
+        at_read: AtRead<'a, B>,
     ) -> Result<crate::backend::Job<'a, B>> {
         let listed = RowLists {
             seeded: (&self.seeded_rows, self.seeded.len()),
@@ -135,7 +147,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             off_path: (&self.off_path_rows, self.off_path.len()),
             top_p_cut,
         };
-        sample_job(shape, logits, &self.rows, out, Some(listed))
+        sample_job(shape, logits, &self.rows, out, Some(listed), at_read)
     }
 }
 
@@ -172,7 +184,24 @@ impl<P: Deref<Target = WgpuBackend>> Sampler<P, WgpuBackend> {
         out: Output<'_, WgpuBackend>,
     ) -> Result<()> {
         let top_p_cut = self.write_rows(shape, rows)?;
-        self.backend.record(encoder, self.job(shape, logits, out, top_p_cut)?, true)
+        self.backend.record(encoder, self.job(shape, logits, out, top_p_cut, AtRead::none())?, true)
+    }
+
+    /// [`Sampler::step_into`] with the logits stage the kernels read with the logits (a
+    /// grammar's bitmask, NaN as -1e5; see [`Sampler::step_staged`]), under the same contract;
+    /// a stage that asks for more is refused by name, before anything is recorded.
+    pub fn step_staged_into(
+        &mut self,
+        encoder: &mut ::wgpu::CommandEncoder,
+        shape: Shape,
+        logits: Logits<'_, WgpuBackend>,
+        rows: &[RowParams],
+        stage: &LogitsStage<'_, WgpuBackend>,
+        out: Output<'_, WgpuBackend>,
+    ) -> Result<()> {
+        let at_read = self.at_read(shape, stage)?;
+        let top_p_cut = self.write_rows(shape, rows)?;
+        self.backend.record(encoder, self.job(shape, logits, out, top_p_cut, at_read)?, true)
     }
 }
 
@@ -183,9 +212,11 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     /// bitmask allows nothing samples nothing: token 0, status 0. A stage that changes nothing
     /// is a plain `step`.
     ///
-    /// The CPU backend applies the stage; the wgpu and CUDA backends' kernels do not read it
-    /// yet, so they refuse a stage that changes anything with [`Error::UnsupportedStage`],
-    /// naming what it asks for, before anything is launched.
+    /// The CPU backend applies the stage whole, into a float32 copy of the logits that it then
+    /// samples. The wgpu and CUDA kernels apply the allowed-token bitmask and NaN as -1e5 as
+    /// they read each logit, in the read that samples (no copy, no extra read of the logits:
+    /// one bitmask word per 32 columns); they refuse the penalties, the logit bias and banned
+    /// tokens with [`Error::UnsupportedStage`], naming the first, before anything is launched.
     pub fn step_staged(
         &mut self,
         shape: Shape,
@@ -194,11 +225,13 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         stage: &LogitsStage<'_, B>,
         out: Output<'_, B>,
     ) -> Result<()> {
+        if self.backend.reads_stage() || stage.first_feature().is_none() {
+            let at_read = self.at_read(shape, stage)?;
+            let top_p_cut = self.write_rows(shape, rows)?;
+            return self.backend.run(self.job(shape, logits, out, top_p_cut, at_read)?);
+        }
         shape.validate()?;
         stage.validate(shape)?;
-        if stage.first_feature().is_none() {
-            return self.step(shape, logits, rows, out);
-        }
         let mut staged = match self.staged.take() {
             Some(s) if B::len(&s) >= shape.elements() => s,
             _ => self.backend.zeros::<f32>(shape.elements())?,

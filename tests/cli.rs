@@ -348,7 +348,8 @@ fn scratch_text(name: &str, text: &str) -> String {
 /// by hand to the shipped 4 x 32 logits (docs/logits-stage.md, vLLM's order): a logit bias per
 /// row; a bitmask (one row allowing two tokens, one nothing); repetition 1.5 over prompt and
 /// output, then frequency 0.5 and presence 0.25 over the output, on each row's own largest
-/// token; banned ids. wgpu refuses the stage, naming it, and `--help` gives each file's format.
+/// token; banned ids. wgpu reads the bitmask with the logits, giving the CPU's lines, and
+/// refuses the logit bias, naming it; `--help` gives each file's format.
 #[test]
 fn logits_stage_flags_replay_an_engines_inputs() {
     let npy = data("logits_small.npy");
@@ -398,7 +399,12 @@ fn logits_stage_flags_replay_an_engines_inputs() {
         })
         .collect();
     assert_eq!(run(&["--token-ids", &banned]), second);
-    common::on("wgpu", "cli_wgpu_refuses_the_stage", common::wgpu(), |_| {
+    common::on("wgpu", "cli_wgpu_reads_the_bitmask", common::wgpu(), |_| {
+        for extra in [&[][..], &["--nan-as-finite"], &["--temperature", "0.7", "--top-p", "0.9", "--seed", "5"]] {
+            let masked = [&["--logits", &npy, "--bitmask", &mask][..], extra].concat();
+            let on = |backend: &str| cli(&[&masked[..], &["--backend", backend]].concat()).stdout;
+            assert_eq!(on("wgpu"), on("cpu"), "{extra:?}");
+        }
         let refused = cli(&["--logits", &npy, "--logit-bias", &bias, "--backend", "wgpu"]);
         assert!(!refused.ok && refused.stderr.contains("logit bias"), "{}", refused.stderr);
     });

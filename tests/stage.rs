@@ -2,7 +2,8 @@
 //! written by `make_stage_golden.py` from numpy ports of their code): the CPU oracle gives their
 //! processed logits exactly (every value equal, a zero's sign aside) and their greedy tokens;
 //! `Sampler::step_staged` on the CPU backend samples what the engines' processed logits give;
-//! the device backends, whose kernels do not read the stage yet, refuse it by name.
+//! the device kernels read the bitmask and NaN as -1e5 with the logits, exactly as the oracle
+//! applies them first, and refuse the rest by name.
 
 #[macro_use]
 mod common;
@@ -211,11 +212,11 @@ fn stage_inputs_are_checked() {
     assert!(matches!(err, Error::BufferTooShort { len: 3, need: 4, .. }), "{err}");
 }
 
-/// The device backends' kernels do not read the stage yet: a call that changes the logits is
-/// refused naming what it asks for, never sampled as if the stage were not there; a stage that
-/// changes nothing is a plain step.
+/// The device backends refuse what their kernels do not read (the penalties, logit bias and
+/// banned tokens) by name, never sampling as if it were not there, even beside a bitmask they do
+/// read; a stage that changes nothing is a plain step.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn refuses_the_stage<B: Backend>(b: &B) {
+fn refuses_the_sparse_stage<B: Backend>(b: &B) {
     let shape = Shape::dense(2, 40);
     let x = b.upload(&[0.5f32; 80]).unwrap();
     let mut t = b.zeros::<u32>(2).unwrap();
@@ -226,24 +227,159 @@ fn refuses_the_stage<B: Backend>(b: &B) {
     let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
     assert!(matches!(err, Error::UnsupportedStage { feature: "frequency penalty" }), "{err}");
     let plain = [StageRow::vllm(); 2];
-    let mask = b.upload(&[u32::MAX; 4]).unwrap();
-    let stage = LogitsStage::new(&plain).with_allowed(&mask);
+    let (mask, offsets, ids) =
+        (b.upload(&[u32::MAX; 4]).unwrap(), b.upload(&[0u32, 1, 1]).unwrap(), b.upload(&[3u32]).unwrap());
+    let stage = LogitsStage::new(&plain).with_allowed(&mask).with_banned(&offsets, &ids);
     let err = sampler.step_staged(shape, Logits::F32(&x), &rows, &stage, Output::new(&mut t)).unwrap_err();
-    assert!(matches!(err, Error::UnsupportedStage { feature: "allowed-token bitmask" }), "{err}");
+    assert!(matches!(err, Error::UnsupportedStage { feature: "banned tokens (min-tokens)" }), "{err}");
     sampler.step_staged(shape, Logits::F32(&x), &rows, &LogitsStage::new(&plain), Output::new(&mut t)).unwrap();
     assert_eq!(b.download(&t).unwrap(), [0, 0]);
 }
 
 #[cfg(feature = "wgpu")]
 #[test]
-fn wgpu_refuses_the_stage() {
-    common::on("wgpu", "wgpu_refuses_the_stage", common::wgpu(), refuses_the_stage);
+fn wgpu_refuses_the_sparse_stage() {
+    common::on("wgpu", "wgpu_refuses_the_sparse_stage", common::wgpu(), refuses_the_sparse_stage);
 }
 
 #[cfg(feature = "cuda")]
 #[test]
-fn cuda_refuses_the_stage() {
-    common::on("cuda", "cuda_refuses_the_stage", common::cuda(), refuses_the_stage);
+fn cuda_refuses_the_sparse_stage() {
+    common::on("cuda", "cuda_refuses_the_sparse_stage", common::cuda(), refuses_the_sparse_stage);
+}
+
+/// A xorshift stream for the device test's data (fixed seeds: the same rows on every run).
+struct Stream(u64);
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// Rows of every kind the per-row sampler routes (greedy, the Philox race, SGLang's seeded race,
+/// each filter and order, rank-hashed), each filtered one on every forced path.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn every_kind_of_row() -> Vec<RowParams> {
+    use sampling_kernels::{FilterOrder as Order, FilterPath, SeededHash};
+    let race = |s: u64| RowParams::new(0.8, 40 + s, 3);
+    let filtered = [
+        race(1).with_top_k(20).with_top_p(0.95),
+        race(2).with_top_p(0.9),
+        race(3).with_min_p(0.05),
+        race(4).with_top_k(300).with_top_p(0.9).with_order(Order::TopKFirst),
+        race(5).with_min_p(0.02).with_top_p(0.8).with_order(Order::MinPFirst),
+        RowParams::seeded(0.7, 9, 4).with_top_k(50).with_top_p(0.9).with_seeded_hash(SeededHash::SortedRank),
+        RowParams::seeded(1.1, 10, 4).with_top_p(0.95),
+    ];
+    let mut rows = vec![RowParams::greedy(), race(0), RowParams::seeded(0.7, 8, 2)];
+    for path in [FilterPath::Auto, FilterPath::OneRead, FilterPath::FilterKernel] {
+        rows.extend(filtered.iter().map(|r| r.with_filter_path(path)));
+    }
+    rows
+}
+
+/// Model-like logits of `shape` with NaN at 1% of the columns (row 2: everywhere), and a bitmask
+/// of random bits, padding bits set (row 4: all zero; row 5: column 45 alone).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn masked_rows(s: &mut Stream, shape: Shape) -> (Vec<f32>, Vec<u32>) {
+    let words = shape.vocab.div_ceil(32);
+    let mut logits = Vec::with_capacity(shape.elements());
+    let mut mask = Vec::with_capacity(shape.batch * words);
+    for r in 0..shape.batch {
+        for _ in 0..shape.vocab {
+            let (u, v) = (s.unit(), s.unit());
+            let spike = if v < 0.001 { 8.0 } else { 0.0 };
+            logits.push(if v > 0.99 || r == 2 { f32::NAN } else { 4.0 * (u - 0.5) * (u - 0.5) * 12.0 - 6.0 + spike });
+        }
+        let bits: Vec<u32> = match r {
+            4 => vec![0; words],
+            5 => (0..words).map(|w| if w == 1 { 1 << 13 } else { 0 }).collect(),
+            _ => (0..words).map(|_| (s.next() & s.next()) as u32 | (s.next() >> 40) as u32).collect(),
+        };
+        mask.extend(bits);
+    }
+    (logits, mask)
+}
+
+/// One call's results: tokens, statuses, log-probability bits and the filter rows' reads.
+type Results = (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>);
+
+/// The device kernels read the allowed-token bitmask and NaN as -1e5 with the logits: the same
+/// tokens, statuses, log-probabilities (bit for bit) and reads of every row as the same kernels
+/// sampling the logits the oracle's stage wrote first (`reference::stage::apply`). So the
+/// stage is the oracle's on every path and costs no read of the logits. Rows: model-like
+/// logits with NaN at 1% of the columns, 32,007 columns (8 one-read parts, a last bitmask word
+/// of 7 bits) and 100; masks of random bits (padding bits set), all zero, and one bit; a row of
+/// NaN only, which only NaN as -1e5 makes samplable.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn reads_the_bitmask_with_the_logits<B: Backend>(b: &B) {
+    let kinds = every_kind_of_row();
+    let mut s = Stream(0x9e37_79b9_7f4a_7c15);
+    for vocab in [32_007usize, 100] {
+        let words = vocab.div_ceil(32);
+        let shape = Shape::dense(kinds.len(), vocab);
+        let (logits, mask) = masked_rows(&mut s, shape);
+        let x = b.upload(&logits).unwrap();
+        let allowed = b.upload(&mask).unwrap();
+        let plain = vec![StageRow::vllm(); shape.batch];
+        for nan_as_finite in [false, true] {
+            let mut staged = logits.clone();
+            for r in 0..shape.batch {
+                let row =
+                    RowStage { allowed: Some(&mask[r * words..(r + 1) * words]), nan_as_finite, ..Default::default() };
+                apply(&mut staged[r * vocab..(r + 1) * vocab], &row);
+            }
+            let staged = b.upload(&staged).unwrap();
+            let stage = LogitsStage::new(&plain).with_allowed(&allowed);
+            let stage = if nan_as_finite { stage.with_nan_as_finite() } else { stage };
+            let mut sampler = Sampler::new(b, shape.batch).unwrap();
+            let mut call = |staged_first: bool| -> Results {
+                let n = shape.batch;
+                let (mut t, mut st, mut lp, mut p) =
+                    (b.zeros(n).unwrap(), b.zeros(n).unwrap(), b.zeros::<f32>(n).unwrap(), b.zeros(n).unwrap());
+                let out = Output::new(&mut t).with_status(&mut st).with_logprobs(&mut lp).with_passes(&mut p);
+                match staged_first {
+                    true => sampler.step(shape, Logits::F32(&staged), &kinds, out),
+                    false => sampler.step_staged(shape, Logits::F32(&x), &kinds, &stage, out),
+                }
+                .unwrap();
+                let bits = b.download(&lp).unwrap().iter().map(|v| v.to_bits()).collect();
+                (b.download(&t).unwrap(), b.download(&st).unwrap(), bits, b.download(&p).unwrap())
+            };
+            let (read, first) = (call(false), call(true));
+            let at = format!("vocabulary {vocab}, NaN as -1e5 {nan_as_finite}");
+            assert_eq!(read.0, first.0, "tokens, {at}");
+            assert_eq!(read.1, first.1, "statuses, {at}");
+            assert_eq!(read.2, first.2, "log-probabilities, {at}");
+            assert_eq!(read.3, first.3, "reads, {at}");
+            // Nothing allowed: nothing sampled. One bit: that column.
+            assert_eq!((read.0[4], read.1[4]), (0, 0), "{at}");
+            assert_eq!((read.0[5], read.1[5]), (45, 1), "{at}");
+            // A row of NaN has a value only as -1e5; then it samples an allowed column.
+            let j = read.0[2] as usize;
+            assert_eq!(read.1[2], nan_as_finite as u32, "{at}");
+            assert!(!nan_as_finite || mask[2 * words + j / 32] >> (j % 32) & 1 == 1, "{at}: column {j}");
+        }
+    }
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_reads_the_bitmask_with_the_logits() {
+    common::on("wgpu", "wgpu_reads_the_bitmask_with_the_logits", common::wgpu(), reads_the_bitmask_with_the_logits);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_reads_the_bitmask_with_the_logits() {
+    common::on("cuda", "cuda_reads_the_bitmask_with_the_logits", common::cuda(), reads_the_bitmask_with_the_logits);
 }
 
 /// SGLang's frequency accumulator taken a binade at a time gives what adding `f` `n` times gives,
@@ -267,4 +403,29 @@ fn running_sum_is_the_loop() {
         }
     }
     assert!(running_sum(1e-3, 1 << 40).is_finite());
+}
+
+/// `Sampler::step_staged_into` records into an engine's encoder what `step_staged` runs: the same
+/// tokens and statuses for every kind of row, bitmask and NaN rule, once the engine submits.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_step_staged_into_an_engines_encoder() {
+    common::on("wgpu", "wgpu_step_staged_into_an_engines_encoder", common::wgpu(), |b| {
+        let kinds = every_kind_of_row();
+        let shape = Shape::dense(kinds.len(), 100);
+        let (logits, mask) = masked_rows(&mut Stream(7), shape);
+        let (x, allowed) = (b.upload(&logits).unwrap(), b.upload(&mask).unwrap());
+        let plain = vec![StageRow::vllm(); shape.batch];
+        let stage = LogitsStage::new(&plain).with_allowed(&allowed).with_nan_as_finite();
+        let mut sampler = Sampler::new(b, shape.batch).unwrap();
+        let (mut t, mut st) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<u32>(shape.batch).unwrap());
+        sampler.step_staged(shape, Logits::F32(&x), &kinds, &stage, Output::new(&mut t).with_status(&mut st)).unwrap();
+        let want = (b.download(&t).unwrap(), b.download(&st).unwrap());
+        let (mut t, mut st) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<u32>(shape.batch).unwrap());
+        let mut encoder = b.device().create_command_encoder(&Default::default());
+        let out = Output::new(&mut t).with_status(&mut st);
+        sampler.step_staged_into(&mut encoder, shape, Logits::F32(&x), &kinds, &stage, out).unwrap();
+        b.queue().submit([encoder.finish()]);
+        assert_eq!((b.download(&t).unwrap(), b.download(&st).unwrap()), want);
+    });
 }

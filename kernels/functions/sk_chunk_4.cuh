@@ -36,16 +36,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_70(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
+                        sk_read_step_71(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_70(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
+                        sk_read_step_71(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_70(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
+                        sk_read_step_71(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_70(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
+                        sk_read_step_71(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, all_mass, tie_rank); \
                     } \
                 } \
             } \

@@ -9,8 +9,8 @@
         part_hist[i] = 0u; \
     } \
     bool mr_row = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u))); \
-    const unsigned int sk_e60 = (((unsigned int)SK_BLOCK) * 4u); \
-    unsigned int n_padded = ((((n_cols + sk_e60) - 1u) / sk_e60) * sk_e60); \
+    const unsigned int sk_e123 = (((unsigned int)SK_BLOCK) * 4u); \
+    unsigned int n_padded = ((((n_cols + sk_e123) - 1u) / sk_e123) * sk_e123); \
     for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_top_k::pad_part */ \
         part_keys[i] = 0u; \
@@ -51,64 +51,64 @@
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
         float zx15 = (0.0f); \
         if ((li15 < n_cols)) { \
-            sk_read_step_42(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_44(base, col_lo, i0, row, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } else { \
-            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
+            sk_read_step_43(li0, n_cols, base, col_lo, row, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } \
         { \
-            sk_read_step_40(zx0, temp, li0, n_cols, m); \
+            sk_read_step_41(zx0, temp, li0, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx1, temp, li1, n_cols, m); \
+            sk_read_step_41(zx1, temp, li1, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx2, temp, li2, n_cols, m); \
+            sk_read_step_41(zx2, temp, li2, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx3, temp, li3, n_cols, m); \
+            sk_read_step_41(zx3, temp, li3, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx4, temp, li4, n_cols, m); \
+            sk_read_step_41(zx4, temp, li4, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx5, temp, li5, n_cols, m); \
+            sk_read_step_41(zx5, temp, li5, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx6, temp, li6, n_cols, m); \
+            sk_read_step_41(zx6, temp, li6, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx7, temp, li7, n_cols, m); \
+            sk_read_step_41(zx7, temp, li7, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx8, temp, li8, n_cols, m); \
+            sk_read_step_41(zx8, temp, li8, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx9, temp, li9, n_cols, m); \
+            sk_read_step_41(zx9, temp, li9, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx10, temp, li10, n_cols, m); \
+            sk_read_step_41(zx10, temp, li10, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx11, temp, li11, n_cols, m); \
+            sk_read_step_41(zx11, temp, li11, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx12, temp, li12, n_cols, m); \
+            sk_read_step_41(zx12, temp, li12, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx13, temp, li13, n_cols, m); \
+            sk_read_step_41(zx13, temp, li13, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx14, temp, li14, n_cols, m); \
+            sk_read_step_41(zx14, temp, li14, n_cols, m); \
         } \
         { \
-            sk_read_step_40(zx15, temp, li15, n_cols, m); \
+            sk_read_step_41(zx15, temp, li15, n_cols, m); \
         } \
     } \
     float part_m = (0.0f); \
     part_m = sk_block_max_f32(m); \
     __syncthreads(); \
-    const unsigned int sk_e125 = ((sk_bitcast<unsigned int>(part_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(part_m)); \
-    unsigned int top_key = (sk_e125 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e125) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e251 = ((sk_bitcast<unsigned int>(part_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(part_m)); \
+    unsigned int top_key = (sk_e251 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e251) >> 31u)) | 2147483648u)); \
     float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f)); \
     float s = (0.0f); \
     for (unsigned int i = threadIdx.x; i < n_padded; i += (((unsigned int)SK_BLOCK) * 4u)) { \
@@ -137,8 +137,8 @@
     if ((mr_row && ((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))))) { \
         /* built by kernels::filter_min_p::races */ \
         float mr_floor_v = ((part_m + sk_log(mp)) - ((0.0009765625f) + (fabsf(part_m) * (9.536743e-7f)))); \
-        const unsigned int sk_e126 = ((sk_bitcast<unsigned int>(mr_floor_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(mr_floor_v)); \
-        mr_band = (sk_e126 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e126) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e252 = ((sk_bitcast<unsigned int>(mr_floor_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(mr_floor_v)); \
+        mr_band = (sk_e252 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e252) >> 31u)) | 2147483648u)); \
         unsigned int t_d = (top_key - mr_band); \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
         unsigned int t_near_bin = ((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u))); \
@@ -147,8 +147,8 @@
         unsigned int t_near = 0u; \
         for (unsigned int tj = 0u; tj < t_near_per; tj += 1u) { \
             /* built by kernels::select::count_nearer */ \
-            const unsigned int sk_e127 = (t_near_lo + tj); \
-            t_near = (t_near + ((sk_e127 < t_near_bin) ? ((sk_e127 < 464u) ? (part_hist[min(sk_e127, 463u)]) : 0u) : 0u)); \
+            const unsigned int sk_e253 = (t_near_lo + tj); \
+            t_near = (t_near + ((sk_e253 < t_near_bin) ? ((sk_e253 < 464u) ? (part_hist[min(sk_e253, 463u)]) : 0u) : 0u)); \
         } \
         unsigned int t_near_sum = 0u; \
         t_near_sum = sk_block_sum_u32(t_near); \
@@ -175,23 +175,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e128 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e128 < n_cols) ? (part_keys[min(sk_e128, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e254 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e254 < n_cols) ? (part_keys[min(sk_e254, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e129 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e129 < n_cols) ? (part_keys[min(sk_e129, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e255 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e255 < n_cols) ? (part_keys[min(sk_e255, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e130 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e130 < n_cols) ? (part_keys[min(sk_e130, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e256 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e256 < n_cols) ? (part_keys[min(sk_e256, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e131 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e131 < n_cols) ? (part_keys[min(sk_e131, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e257 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e257 < n_cols) ? (part_keys[min(sk_e257, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -228,20 +228,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e144 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e144 < n_cols) ? (part_keys[min(sk_e144, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e270 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e270 < n_cols) ? (part_keys[min(sk_e270, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e145 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e145 < n_cols) ? (part_keys[min(sk_e145, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e271 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e271 < n_cols) ? (part_keys[min(sk_e271, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e146 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e146 < n_cols) ? (part_keys[min(sk_e146, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e272 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e272 < n_cols) ? (part_keys[min(sk_e272, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e147 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e147 < n_cols) ? (part_keys[min(sk_e147, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e273 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e273 < n_cols) ? (part_keys[min(sk_e273, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

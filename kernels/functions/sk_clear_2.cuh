@@ -45,16 +45,16 @@
             zx3 = (sk_e20 ? sk_load_x(((base + col_lo) + (sk_e20 ? li3 : (n_cols - 1u)))) : (0.0f)); \
         } \
         { \
-            sk_read_step_44(zx0, li0, n_cols, m); \
+            sk_read_step_45(zx0, li0, n_cols, m); \
         } \
         { \
-            sk_read_step_44(zx1, li1, n_cols, m); \
+            sk_read_step_45(zx1, li1, n_cols, m); \
         } \
         { \
-            sk_read_step_44(zx2, li2, n_cols, m); \
+            sk_read_step_45(zx2, li2, n_cols, m); \
         } \
         { \
-            sk_read_step_44(zx3, li3, n_cols, m); \
+            sk_read_step_45(zx3, li3, n_cols, m); \
         } \
     } \
     float part_m = (0.0f); \

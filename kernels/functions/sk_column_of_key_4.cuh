@@ -30,16 +30,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_74(col_lo, li0, zx0, rk_key, rk_mine); \
+                    sk_read_step_75(col_lo, li0, zx0, rk_key, rk_mine); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_74(col_lo, li1, zx1, rk_key, rk_mine); \
+                    sk_read_step_75(col_lo, li1, zx1, rk_key, rk_mine); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_74(col_lo, li2, zx2, rk_key, rk_mine); \
+                    sk_read_step_75(col_lo, li2, zx2, rk_key, rk_mine); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_74(col_lo, li3, zx3, rk_key, rk_mine); \
+                    sk_read_step_75(col_lo, li3, zx3, rk_key, rk_mine); \
                 } \
             } \
         } \

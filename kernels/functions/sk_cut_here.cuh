@@ -53,25 +53,25 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_54(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_56(base, col_lo, i0, row, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_61(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_63(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_61(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_63(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_61(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_63(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_61(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
+                    sk_read_step_63(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                 } \
             } \
         } else { \
-            sk_cut_part_4(base, col_lo, col_hi, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, cut_counts, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
+            sk_cut_part_4(base, col_lo, col_hi, row, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, cut_counts, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
         } \
         __threadfence(); \
         unsigned int part_n_above = 0u; \
@@ -80,21 +80,21 @@
         unsigned long long part_m_range = 0ull; \
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
-        const float sk_e95 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e94 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e95))) + fabsf((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
-        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e94 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e94)))); \
+        const float sk_e208 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        const float sk_e207 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e208))) + fabsf((cut_above_from * sk_e208))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e207 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e207)))); \
         unsigned int part_min_above_not = 0u; \
-        const unsigned int sk_e96 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
-        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e96 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e209 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
+        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e209 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
-        const unsigned int sk_e97 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
-        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e97 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e210 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
+        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e210 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e210) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_max_range = 0u; \
-        const unsigned int sk_e98 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
-        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e98 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e98) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e211 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
+        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e211 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e211) >> 31u)) | 2147483648u)))); \
         unsigned int part_max_below = 0u; \
-        const unsigned int sk_e99 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
-        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e99 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e99) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e212 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
+        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e212 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e212) >> 31u)) | 2147483648u)))); \
         bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
         float part_best = (0.0f); \
         unsigned int part_best_i = 0u; \
@@ -134,8 +134,10 @@
                 /* built by kernels::filter_top_p::race_tied_range */ \
                 for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
                     unsigned int rt_col = (*(volatile unsigned int*)&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]); \
-                    const float sk_e100 = sk_load_x((base + rt_col)); \
-                    float rt_z_x = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100); \
+                    const unsigned int sk_e215 = (base + rt_col); \
+                    const unsigned int sk_e213 = (sk_e215 - base); \
+                    const float sk_e214 = sk_load_x(sk_e215); \
+                    float rt_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e213 >> 5u))] >> (sk_e213 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e214) : sk_bitcast<float>(4286578688u)); \
                     float rt_z = (rt_z_x / temp); \
                     float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \
@@ -155,21 +157,21 @@
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                     float zx3 = (0.0f); \
                     if ((li3 < (col_hi - col_lo))) { \
-                        sk_read_step_54(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_56(base, col_lo, i0, row, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < (col_hi - col_lo))) { \
-                        sk_read_step_62(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_64(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li1 < (col_hi - col_lo))) { \
-                        sk_read_step_62(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_64(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li2 < (col_hi - col_lo))) { \
-                        sk_read_step_62(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_64(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                     if ((li3 < (col_hi - col_lo))) { \
-                        sk_read_step_62(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                        sk_read_step_64(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                     } \
                 } \
             } \

@@ -45,9 +45,9 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < (col_hi - col_lo))) { \
-                sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_78(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
             } \
             if ((li0 < (col_hi - col_lo))) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -176,21 +176,21 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_78(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
-                    sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_77(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li1 < (col_hi - col_lo))) { \
-                    sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_77(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li2 < (col_hi - col_lo))) { \
-                    sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_77(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
                 if ((li3 < (col_hi - col_lo))) { \
-                    sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    sk_read_step_77(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
                 } \
             } \
         } \

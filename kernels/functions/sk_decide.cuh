@@ -4,8 +4,8 @@
 #define sk_decide(stage, sel_a, parts, slot0, k_first, pp, kk, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask) { \
     /* built by kernels::filter_split::stage */ \
     bool in_a = ((stage - 1u) <= sel_a); \
-    const unsigned int sk_e14 = ((stage - 1u) - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e14 : (sk_e14 - sel_a)); \
+    const unsigned int sk_e29 = ((stage - 1u) - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e29 : (sk_e29 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     unsigned int cnt_p0 = 0u; \
     unsigned long long mas_p0 = 0ull; \
@@ -41,53 +41,53 @@
     unsigned long long mas_p15 = 0ull; \
     for (unsigned int pp_i = threadIdx.x; pp_i < parts; pp_i += ((unsigned int)SK_BLOCK)) { \
         cnt_p0 = (cnt_p0 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]); \
-        const unsigned int sk_e15 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u); \
-        mas_p0 = (mas_p0 + ((((unsigned long long)(partials[(sk_e15 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e15 + 0u)])))); \
+        const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u); \
+        mas_p0 = (mas_p0 + ((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))); \
         cnt_p1 = (cnt_p1 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)]); \
-        const unsigned int sk_e16 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u); \
-        mas_p1 = (mas_p1 + ((((unsigned long long)(partials[(sk_e16 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e16 + 0u)])))); \
+        const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u); \
+        mas_p1 = (mas_p1 + ((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)])))); \
         cnt_p2 = (cnt_p2 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u)]); \
-        const unsigned int sk_e17 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u); \
-        mas_p2 = (mas_p2 + ((((unsigned long long)(partials[(sk_e17 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e17 + 0u)])))); \
+        const unsigned int sk_e32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u); \
+        mas_p2 = (mas_p2 + ((((unsigned long long)(partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e32 + 0u)])))); \
         cnt_p3 = (cnt_p3 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 3u)]); \
-        const unsigned int sk_e18 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u); \
-        mas_p3 = (mas_p3 + ((((unsigned long long)(partials[(sk_e18 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e18 + 0u)])))); \
+        const unsigned int sk_e33 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u); \
+        mas_p3 = (mas_p3 + ((((unsigned long long)(partials[(sk_e33 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e33 + 0u)])))); \
         cnt_p4 = (cnt_p4 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]); \
-        const unsigned int sk_e19 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u); \
-        mas_p4 = (mas_p4 + ((((unsigned long long)(partials[(sk_e19 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e19 + 0u)])))); \
+        const unsigned int sk_e34 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u); \
+        mas_p4 = (mas_p4 + ((((unsigned long long)(partials[(sk_e34 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e34 + 0u)])))); \
         cnt_p5 = (cnt_p5 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u)]); \
-        const unsigned int sk_e20 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u); \
-        mas_p5 = (mas_p5 + ((((unsigned long long)(partials[(sk_e20 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e20 + 0u)])))); \
+        const unsigned int sk_e35 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u); \
+        mas_p5 = (mas_p5 + ((((unsigned long long)(partials[(sk_e35 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e35 + 0u)])))); \
         cnt_p6 = (cnt_p6 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 6u)]); \
-        const unsigned int sk_e21 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u); \
-        mas_p6 = (mas_p6 + ((((unsigned long long)(partials[(sk_e21 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e21 + 0u)])))); \
+        const unsigned int sk_e36 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u); \
+        mas_p6 = (mas_p6 + ((((unsigned long long)(partials[(sk_e36 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e36 + 0u)])))); \
         cnt_p7 = (cnt_p7 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 7u)]); \
-        const unsigned int sk_e22 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u); \
-        mas_p7 = (mas_p7 + ((((unsigned long long)(partials[(sk_e22 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e22 + 0u)])))); \
+        const unsigned int sk_e37 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u); \
+        mas_p7 = (mas_p7 + ((((unsigned long long)(partials[(sk_e37 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e37 + 0u)])))); \
         cnt_p8 = (cnt_p8 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 8u)]); \
-        const unsigned int sk_e23 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u); \
-        mas_p8 = (mas_p8 + ((((unsigned long long)(partials[(sk_e23 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e23 + 0u)])))); \
+        const unsigned int sk_e38 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u); \
+        mas_p8 = (mas_p8 + ((((unsigned long long)(partials[(sk_e38 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e38 + 0u)])))); \
         cnt_p9 = (cnt_p9 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 9u)]); \
-        const unsigned int sk_e24 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u); \
-        mas_p9 = (mas_p9 + ((((unsigned long long)(partials[(sk_e24 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e24 + 0u)])))); \
+        const unsigned int sk_e39 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u); \
+        mas_p9 = (mas_p9 + ((((unsigned long long)(partials[(sk_e39 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e39 + 0u)])))); \
         cnt_p10 = (cnt_p10 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 10u)]); \
-        const unsigned int sk_e25 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u); \
-        mas_p10 = (mas_p10 + ((((unsigned long long)(partials[(sk_e25 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e25 + 0u)])))); \
+        const unsigned int sk_e40 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u); \
+        mas_p10 = (mas_p10 + ((((unsigned long long)(partials[(sk_e40 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e40 + 0u)])))); \
         cnt_p11 = (cnt_p11 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 11u)]); \
-        const unsigned int sk_e26 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u); \
-        mas_p11 = (mas_p11 + ((((unsigned long long)(partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e26 + 0u)])))); \
+        const unsigned int sk_e41 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u); \
+        mas_p11 = (mas_p11 + ((((unsigned long long)(partials[(sk_e41 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e41 + 0u)])))); \
         cnt_p12 = (cnt_p12 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 12u)]); \
-        const unsigned int sk_e27 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u); \
-        mas_p12 = (mas_p12 + ((((unsigned long long)(partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e27 + 0u)])))); \
+        const unsigned int sk_e42 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u); \
+        mas_p12 = (mas_p12 + ((((unsigned long long)(partials[(sk_e42 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e42 + 0u)])))); \
         cnt_p13 = (cnt_p13 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 13u)]); \
-        const unsigned int sk_e28 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u); \
-        mas_p13 = (mas_p13 + ((((unsigned long long)(partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e28 + 0u)])))); \
+        const unsigned int sk_e43 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u); \
+        mas_p13 = (mas_p13 + ((((unsigned long long)(partials[(sk_e43 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e43 + 0u)])))); \
         cnt_p14 = (cnt_p14 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 14u)]); \
-        const unsigned int sk_e29 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u); \
-        mas_p14 = (mas_p14 + ((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)])))); \
+        const unsigned int sk_e44 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u); \
+        mas_p14 = (mas_p14 + ((((unsigned long long)(partials[(sk_e44 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e44 + 0u)])))); \
         cnt_p15 = (cnt_p15 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 15u)]); \
-        const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u); \
-        mas_p15 = (mas_p15 + ((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))); \
+        const unsigned int sk_e45 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u); \
+        mas_p15 = (mas_p15 + ((((unsigned long long)(partials[(sk_e45 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e45 + 0u)])))); \
     } \
     unsigned int cnt_s0 = 0u; \
     unsigned int cnt_s1 = 0u; \
@@ -196,8 +196,8 @@
         /* built by kernels::filters::select_step */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e31 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e31 ? tn64 : (((lim - sel_m) / (sk_e31 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e46 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e46 ? tn64 : (((lim - sel_m) / (sk_e46 ? 1ull : tie_v)) + 1ull)))); \
         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
         sel_key = 0u; \
         sel_mask = 0u; \

@@ -29,7 +29,7 @@
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_78(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
                     zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -38,16 +38,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_80(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_80(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_80(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
+                    sk_read_step_80(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, list_at); \
                 } \
             } \
         } \

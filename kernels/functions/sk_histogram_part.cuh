@@ -35,14 +35,14 @@
                         unsigned int ec_atu = ((unsigned int)ec_at); \
                         unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u); \
                         part_keys[g] = (part_keys[g] + ec_n); \
-                        const unsigned int sk_e52 = (512u + g); \
-                        part_keys[sk_e52] = max(part_keys[sk_e52], ec_n); \
+                        const unsigned int sk_e115 = (512u + g); \
+                        part_keys[sk_e115] = max(part_keys[sk_e115], ec_n); \
                         unsigned int ec_x = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]); \
                         unsigned int ec_sum = (part_keys[(1024u + g)] + ec_x); \
                         part_keys[(1024u + g)] = ec_sum; \
                         if ((ec_sum < ec_x)) { \
-                            const unsigned int sk_e53 = (1536u + g); \
-                            part_keys[sk_e53] = (part_keys[sk_e53] + 1u); \
+                            const unsigned int sk_e116 = (1536u + g); \
+                            part_keys[sk_e116] = (part_keys[sk_e116] + 1u); \
                         } \
                     } \
                 } \
@@ -62,8 +62,8 @@
         float ec_unit = ((3500000000.0f) / ec_total); \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::place_cut */ \
-            const unsigned int sk_e54 = (1024u + g); \
-            part_keys[sk_e54] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e54]) * ec_unit)); \
+            const unsigned int sk_e117 = (1024u + g); \
+            part_keys[sk_e117] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e117]) * ec_unit)); \
         } \
         unsigned int ec_m_own = 0u; \
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
@@ -111,8 +111,8 @@
         for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
             /* built by kernels::filter_top_p::crossing */ \
             unsigned int ec_n_x = part_keys[(0u + g)]; \
-            const unsigned int sk_e55 = (kk - 1u); \
-            if ((((kk < vocab) && (ec_n_cum <= sk_e55)) && ((ec_n_cum + ec_n_x) > sk_e55))) { \
+            const unsigned int sk_e118 = (kk - 1u); \
+            if ((((kk < vocab) && (ec_n_cum <= sk_e118)) && ((ec_n_cum + ec_n_x) > sk_e118))) { \
                 ec_n_first = max(ec_n_first, (512u - g)); \
                 ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u); \
                 ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \

@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e228 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e228 + 3u)], partials[(sk_e228 + 4u)]); \
-        const float sk_e231 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e229 = ((sk_e231 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e230 = (sk_e231 - row_m); \
-        const bool sk_e232 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e233 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e233 ? sk_e229 : (sk_e232 ? (0.0f) : sk_exp(sk_e230))) > (0.0f)) && ((sk_e233 ? sk_e229 : (sk_e232 ? (0.0f) : sk_exp(sk_e230))) >= mp)))) { \
+        const unsigned int sk_e435 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e435 + 3u)], partials[(sk_e435 + 4u)]); \
+        const float sk_e438 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e436 = ((sk_e438 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e437 = (sk_e438 - row_m); \
+        const bool sk_e439 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e440 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e440 ? sk_e436 : (sk_e439 ? (0.0f) : sk_exp(sk_e437))) > (0.0f)) && ((sk_e440 ? sk_e436 : (sk_e439 ? (0.0f) : sk_exp(sk_e437))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e234 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e234 + 1u)] == 1u) && (rows[(sk_e234 + 6u)] == 1u))))) { \
+    const unsigned int sk_e441 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e441 + 1u)] == 1u) && (rows[(sk_e441 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,12 +34,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e235 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e235) && (sk_e235 != 4294967295u))) { \
-                const unsigned int sk_e236 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e236 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e236) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e237 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e237 > (0.0f)) && (sk_e237 >= mp))) { \
+            const unsigned int sk_e442 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e442) && (sk_e442 != 4294967295u))) { \
+                const unsigned int sk_e443 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e443 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e443) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e444 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e444 > (0.0f)) && (sk_e444 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
@@ -50,14 +50,14 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e241 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e240 = (sk_e241 + 7u); \
-            const bool sk_e242 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e243 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e241 + 2u)] == 4294967295u) && (((sk_e243 ? ((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e242 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e243 ? ((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e242 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e240] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e240]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e245 = (((slot * parts) + p) * 1317u); \
-                const float sk_e244 = sk_bitcast<float>(partials[(sk_e245 + 5u)]); \
-                if (((sk_e244 > best) || ((sk_e244 == best) && (partials[(sk_e245 + 6u)] < best_i)))) { \
+            const unsigned int sk_e448 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e447 = (sk_e448 + 7u); \
+            const bool sk_e449 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e450 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e448 + 2u)] == 4294967295u) && (((sk_e450 ? ((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e449 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e450 ? ((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e449 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e452 = (((slot * parts) + p) * 1317u); \
+                const float sk_e451 = sk_bitcast<float>(partials[(sk_e452 + 5u)]); \
+                if (((sk_e451 > best) || ((sk_e451 == best) && (partials[(sk_e452 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower_and */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e248 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e246 = (sk_e248 + 7u); \
-            const unsigned int sk_e247 = (sk_e248 + 0u); \
-            const bool sk_e249 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e250 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e248 + 2u)] == 4294967295u) && (((sk_e250 ? ((sk_bitcast<float>(partials[sk_e247]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e247]) - row_m)))) > (0.0f)) && ((sk_e250 ? ((sk_bitcast<float>(partials[sk_e247]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e247]) - row_m)))) >= mp))) && (!(((sk_e250 ? ((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e250 ? ((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e249 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e246] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e246]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e455 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e453 = (sk_e455 + 7u); \
+            const unsigned int sk_e454 = (sk_e455 + 0u); \
+            const bool sk_e456 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e457 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e455 + 2u)] == 4294967295u) && (((sk_e457 ? ((sk_bitcast<float>(partials[sk_e454]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e454]) - row_m)))) > (0.0f)) && ((sk_e457 ? ((sk_bitcast<float>(partials[sk_e454]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e454]) - row_m)))) >= mp))) && (!(((sk_e457 ? ((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e457 ? ((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -87,21 +87,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_54(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_56(base, col_lo, i0, row, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_58(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_60(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_58(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_60(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_58(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_60(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_58(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_60(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \
@@ -129,7 +129,7 @@
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            sk_write_results(base, ow_at, temp, row, ow_valid, row_m, row_s); \
+            sk_write_results(base, ow_at, row, temp, ow_valid, row_m, row_s); \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \
             /* built by kernels::filter_top_k::finish_race */ \

@@ -80,21 +80,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_78(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_73(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_74(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_73(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_74(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_73(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_74(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_73(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_74(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \

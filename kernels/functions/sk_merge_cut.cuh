@@ -31,8 +31,8 @@
                 if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) { \
                     r_short = 1u; \
                 } \
-                const unsigned int sk_e127 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
-                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e127 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e127 + 0u)])))); \
+                const unsigned int sk_e257 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
+                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e257 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e257 + 0u)])))); \
                 r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)])); \
                 r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)])); \
                 r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)])); \
@@ -58,7 +58,7 @@
             bool cut_below_ends = ((w_below_all <= (0.0f)) || (w_below_all < mp)); \
             bool cut_retry = false; \
             for (unsigned int cut_try = 0u; cut_try < 2u; cut_try += 1u) { \
-                sk_cut_row(cut_try, row_slot, parts, col_hi, col_lo, base, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, row, mp, cut_seeded, noisy, cut_retry, reads_before, one_read_done); \
+                sk_cut_row(cut_try, row_slot, parts, col_hi, col_lo, base, row, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, mp, cut_seeded, noisy, cut_retry, reads_before, one_read_done); \
             } \
         } \
     } \

@@ -25,8 +25,8 @@
                     unsigned int ef_atu = ((unsigned int)ef_at); \
                     unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u); \
                     part_keys[g] = (part_keys[g] + ef_n); \
-                    const unsigned int sk_e56 = (1024u + g); \
-                    part_keys[sk_e56] = max(part_keys[sk_e56], ef_n); \
+                    const unsigned int sk_e119 = (1024u + g); \
+                    part_keys[sk_e119] = max(part_keys[sk_e119], ef_n); \
                 } \
             } \
         } \
@@ -36,15 +36,15 @@
         /* built by kernels::filter_top_p::place_cut */ \
         float ef_k = ((ef_r - ((float)g)) + (1.0f)); \
         float ef_edge = (ef_k * (3.0517578e-5f)); \
-        const float sk_e57 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f)); \
-        float ef_w = (((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e57 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e57 - row_m))))); \
+        const float sk_e120 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f)); \
+        float ef_w = (((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))))); \
         part_keys[(2048u + g)] = sk_bitcast<unsigned int>(ef_w); \
         ef_own_w = (ef_own_w + ef_w); \
     } \
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
         /* built by kernels::filter_top_p::place_cut */ \
-        const unsigned int sk_e58 = (2048u + g); \
-        part_keys[sk_e58] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e58]) * ec_unit)); \
+        const unsigned int sk_e121 = (2048u + g); \
+        part_keys[sk_e121] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e121]) * ec_unit)); \
     } \
     unsigned int ef_m_own = 0u; \
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
@@ -92,8 +92,8 @@
     for (unsigned int g = ef_g0; g < ef_g1; g += 1u) { \
         /* built by kernels::filter_top_p::crossing */ \
         unsigned int ef_n_x = part_keys[(0u + g)]; \
-        const unsigned int sk_e59 = (kk - 1u); \
-        if ((((kk < vocab) && (ef_n_cum <= sk_e59)) && ((ef_n_cum + ef_n_x) > sk_e59))) { \
+        const unsigned int sk_e122 = (kk - 1u); \
+        if ((((kk < vocab) && (ef_n_cum <= sk_e122)) && ((ef_n_cum + ef_n_x) > sk_e122))) { \
             ef_n_first = max(ef_n_first, (1024u - g)); \
             ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u); \
             ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \

@@ -75,16 +75,16 @@
                             zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                         } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_72(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
+                            sk_read_step_73(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_72(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
+                            sk_read_step_73(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_72(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
+                            sk_read_step_73(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_72(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
+                            sk_read_step_73(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, ch_lo, rl_hi, all_mass, tie_rank); \
                         } \
                     } \
                 } \
@@ -190,16 +190,16 @@
                     zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                 } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_68(col_lo, li0, zx0, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
+                    sk_read_step_69(col_lo, li0, zx0, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_68(col_lo, li1, zx1, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
+                    sk_read_step_69(col_lo, li1, zx1, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_68(col_lo, li2, zx2, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
+                    sk_read_step_69(col_lo, li2, zx2, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_68(col_lo, li3, zx3, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
+                    sk_read_step_69(col_lo, li3, zx3, rl_won, rl_rank, rl_won_first, rk_seen, rk_found); \
                 } \
             } \
         } \

@@ -6,8 +6,8 @@
     double s64 = ((double)cov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e16 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col))); \
+        const unsigned int sk_e31 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \

@@ -3,11 +3,11 @@
 // `sk_race_part`, included by each kernel that calls it
 #define sk_race_part(mr_q0, n_cols, mr_w0, mr_floor, mr_in, col_lo, sk_c0, sk_c1, sk_c2, sk_c3, best, best_i) { \
     /* built by kernels::filter_min_p::race_part */ \
-    const unsigned int sk_e133 = ((mr_q0 * 4u) + sk_c0); \
-    const unsigned int sk_e132 = ((sk_e133 < n_cols) ? (part_keys[min(sk_e133, (n_cols - 1u))]) : 0u); \
-    float mr_v = sk_bitcast<float>((sk_e132 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e132) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-    const float sk_e134 = (mr_v * (1.0f)); \
-    bool mr_may = ((((sk_e134 + (fabsf(sk_e134) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((mr_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= fmaxf(best, mr_floor)) || (sk_e134 >= (1.7014118e38f))); \
+    const unsigned int sk_e259 = ((mr_q0 * 4u) + sk_c0); \
+    const unsigned int sk_e258 = ((sk_e259 < n_cols) ? (part_keys[min(sk_e259, (n_cols - 1u))]) : 0u); \
+    float mr_v = sk_bitcast<float>((sk_e258 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e258) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+    const float sk_e260 = (mr_v * (1.0f)); \
+    bool mr_may = ((((sk_e260 + (fabsf(sk_e260) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((mr_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= fmaxf(best, mr_floor)) || (sk_e260 >= (1.7014118e38f))); \
     if ((mr_may && ((mr_in & sk_c1) != 0u))) { \
         float score = (mr_v + sk_gumbel(mr_w0)); \
         if (((score > best) || ((score == best) && (((col_lo + (mr_q0 * 4u)) + sk_c2) < best_i)))) { \

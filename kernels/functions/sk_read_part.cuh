@@ -42,8 +42,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e160 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e160 < 464u) ? (part_hist[min(sk_e160, 463u)]) : 0u)); \
+                const unsigned int sk_e286 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e286 < 464u) ? (part_hist[min(sk_e286, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -56,8 +56,8 @@
             unsigned int t_my_at = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e161 = (t_lo + tj); \
-                unsigned int t_c = ((sk_e161 < 464u) ? (part_hist[min(sk_e161, 463u)]) : 0u); \
+                const unsigned int sk_e287 = (t_lo + tj); \
+                unsigned int t_c = ((sk_e287 < 464u) ? (part_hist[min(sk_e287, 463u)]) : 0u); \
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
                     t_my_bin = ((t_lo + tj) + 1u); \
                     t_my_above = (t_run - t_above); \

@@ -6,8 +6,8 @@
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    const unsigned int sk_e75 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-    unsigned int key = (sk_e75 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e75) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e171 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+    unsigned int key = (sk_e171 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e171) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -28,6 +28,6 @@
         } \
         kept = in_set; \
     } \
-    const unsigned int sk_e76 = (base + col); \
-    out[sk_e76] = (kept ? sk_load_x(sk_e76) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e172 = (base + col); \
+    out[sk_e172] = (kept ? sk_load_x(sk_e172) : sk_bitcast<float>(4286578688u)); \
 }

@@ -7,7 +7,8 @@
     bool z_ok = (z > sk_bitcast<float>(4286578688u)); \
     if ((li0 < n_cols)) { \
         /* built by kernels::filter_top_k::load_part */ \
-        part_keys[li0] = (z_ok ? sk_bitcast<unsigned int>(z) : 4286578688u); \
+        const unsigned int sk_e235 = ((sk_bitcast<unsigned int>(z) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(z)); \
+        part_keys[li0] = (z_ok ? (sk_e235 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e235) >> 31u)) | 2147483648u)) : 0u); \
     } \
     if (z_ok) { \
         /* built by kernels::filter_top_k::load_part */ \

@@ -21,7 +21,7 @@
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
             float zx3 = (0.0f); \
             if ((li3 < sweep_n)) { \
-                sk_read_step_77(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                sk_read_step_78(base, col_lo, i0, zx0, zx1, zx2, zx3); \
             } else { \
                 /* built by kernels::filter_values::read_step */ \
                 zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
@@ -113,16 +113,16 @@
                                 zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                             } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_67(col_lo, li0, zx0, s_key, mx, mine); \
+                                sk_read_step_68(col_lo, li0, zx0, s_key, mx, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_67(col_lo, li1, zx1, s_key, mx, mine); \
+                                sk_read_step_68(col_lo, li1, zx1, s_key, mx, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_67(col_lo, li2, zx2, s_key, mx, mine); \
+                                sk_read_step_68(col_lo, li2, zx2, s_key, mx, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_67(col_lo, li3, zx3, s_key, mx, mine); \
+                                sk_read_step_68(col_lo, li3, zx3, s_key, mx, mine); \
                             } \
                         } \
                     } \
@@ -174,16 +174,16 @@
                         zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
                     } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_75(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_76(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_75(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_76(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_75(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_76(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_75(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_76(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \

@@ -44,16 +44,16 @@ fn sk_chunk_4(sk_lid: u32, ch_level: u32, tie_start: u32, col_hi: u32, col_lo: u
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_70(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
+                        sk_read_step_71(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_70(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
+                        sk_read_step_71(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_70(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
+                        sk_read_step_71(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_70(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
+                        sk_read_step_71(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, rl_hi, ch_level, ch_base, ch_shift, &all_mass, &tie_rank);
                     }
                 }
             }

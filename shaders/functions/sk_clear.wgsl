@@ -9,8 +9,8 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         atomicStore(&part_hist[i], 0u);
     }
     var mr_row: bool = (min_p_cut && (!(rows[((row * 12u) + 1u)] == 1u)));
-    let sk_e60: u32 = (BLOCK * 4u);
-    var n_padded: u32 = ((((n_cols + sk_e60) - 1u) / sk_e60) * sk_e60);
+    let sk_e123: u32 = (BLOCK * 4u);
+    var n_padded: u32 = ((((n_cols + sk_e123) - 1u) / sk_e123) * sk_e123);
     for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
         // built by kernels::filter_top_k::pad_part
         part_keys[i] = 0u;
@@ -51,64 +51,64 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var li15: u32 = (i0 + (BLOCK * 15u));
         var zx15: f32 = (0.0f);
         if ((li15 < n_cols)) {
-            sk_read_step_42(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_44(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         } else {
-            sk_read_step_43(li0, n_cols, base, col_lo, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
+            sk_read_step_43(li0, n_cols, base, col_lo, row, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         }
         {
-            sk_read_step_40(zx0, temp, li0, n_cols, &m);
+            sk_read_step_41(zx0, temp, li0, n_cols, &m);
         }
         {
-            sk_read_step_40(zx1, temp, li1, n_cols, &m);
+            sk_read_step_41(zx1, temp, li1, n_cols, &m);
         }
         {
-            sk_read_step_40(zx2, temp, li2, n_cols, &m);
+            sk_read_step_41(zx2, temp, li2, n_cols, &m);
         }
         {
-            sk_read_step_40(zx3, temp, li3, n_cols, &m);
+            sk_read_step_41(zx3, temp, li3, n_cols, &m);
         }
         {
-            sk_read_step_40(zx4, temp, li4, n_cols, &m);
+            sk_read_step_41(zx4, temp, li4, n_cols, &m);
         }
         {
-            sk_read_step_40(zx5, temp, li5, n_cols, &m);
+            sk_read_step_41(zx5, temp, li5, n_cols, &m);
         }
         {
-            sk_read_step_40(zx6, temp, li6, n_cols, &m);
+            sk_read_step_41(zx6, temp, li6, n_cols, &m);
         }
         {
-            sk_read_step_40(zx7, temp, li7, n_cols, &m);
+            sk_read_step_41(zx7, temp, li7, n_cols, &m);
         }
         {
-            sk_read_step_40(zx8, temp, li8, n_cols, &m);
+            sk_read_step_41(zx8, temp, li8, n_cols, &m);
         }
         {
-            sk_read_step_40(zx9, temp, li9, n_cols, &m);
+            sk_read_step_41(zx9, temp, li9, n_cols, &m);
         }
         {
-            sk_read_step_40(zx10, temp, li10, n_cols, &m);
+            sk_read_step_41(zx10, temp, li10, n_cols, &m);
         }
         {
-            sk_read_step_40(zx11, temp, li11, n_cols, &m);
+            sk_read_step_41(zx11, temp, li11, n_cols, &m);
         }
         {
-            sk_read_step_40(zx12, temp, li12, n_cols, &m);
+            sk_read_step_41(zx12, temp, li12, n_cols, &m);
         }
         {
-            sk_read_step_40(zx13, temp, li13, n_cols, &m);
+            sk_read_step_41(zx13, temp, li13, n_cols, &m);
         }
         {
-            sk_read_step_40(zx14, temp, li14, n_cols, &m);
+            sk_read_step_41(zx14, temp, li14, n_cols, &m);
         }
         {
-            sk_read_step_40(zx15, temp, li15, n_cols, &m);
+            sk_read_step_41(zx15, temp, li15, n_cols, &m);
         }
     }
     var part_m: f32 = (0.0f);
     part_m = sk_block_max_f32(sk_lid, m);
     workgroupBarrier();
-    let sk_e125: u32 = select(bitcast<u32>(part_m), 0u, (bitcast<u32>(part_m) == 2147483648u));
-    var top_key: u32 = (sk_e125 ^ (bitcast<u32>((bitcast<i32>(sk_e125) >> 31u)) | 2147483648u));
+    let sk_e251: u32 = select(bitcast<u32>(part_m), 0u, (bitcast<u32>(part_m) == 2147483648u));
+    var top_key: u32 = (sk_e251 ^ (bitcast<u32>((bitcast<i32>(sk_e251) >> 31u)) | 2147483648u));
     var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
     var s: f32 = (0.0f);
     for (var i: u32 = sk_lid; i < n_padded; i = i + (BLOCK * 4u)) {
@@ -137,8 +137,8 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
     if ((mr_row && ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))))) {
         // built by kernels::filter_min_p::races
         var mr_floor_v: f32 = ((part_m + sk_log(mp)) - ((0.0009765625f) + (abs(part_m) * (9.536743e-7f))));
-        let sk_e126: u32 = select(bitcast<u32>(mr_floor_v), 0u, (bitcast<u32>(mr_floor_v) == 2147483648u));
-        mr_band = (sk_e126 ^ (bitcast<u32>((bitcast<i32>(sk_e126) >> 31u)) | 2147483648u));
+        let sk_e252: u32 = select(bitcast<u32>(mr_floor_v), 0u, (bitcast<u32>(mr_floor_v) == 2147483648u));
+        mr_band = (sk_e252 ^ (bitcast<u32>((bitcast<i32>(sk_e252) >> 31u)) | 2147483648u));
         var t_d: u32 = (top_key - mr_band);
         var t_e: u32 = firstLeadingBit((t_d | 32u));
         var t_near_bin: u32 = select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u));
@@ -147,8 +147,8 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var t_near: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_near_per; tj = tj + 1u) {
             // built by kernels::select::count_nearer
-            let sk_e127: u32 = (t_near_lo + tj);
-            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e127, 463u)]), (sk_e127 < 464u)), (sk_e127 < t_near_bin)));
+            let sk_e253: u32 = (t_near_lo + tj);
+            t_near = (t_near + select(0u, select(0u, atomicLoad(&part_hist[min(sk_e253, 463u)]), (sk_e253 < 464u)), (sk_e253 < t_near_bin)));
         }
         var t_near_sum: u32 = 0u;
         t_near_sum = sk_block_sum_u32(sk_lid, t_near);
@@ -175,23 +175,23 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e128: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e128, (n_cols - 1u))], (sk_e128 < n_cols)) >= mr_band)) {
+        let sk_e254: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e254, (n_cols - 1u))], (sk_e254 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e129: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e129, (n_cols - 1u))], (sk_e129 < n_cols)) >= mr_band)) {
+        let sk_e255: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e255, (n_cols - 1u))], (sk_e255 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e130: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e130, (n_cols - 1u))], (sk_e130 < n_cols)) >= mr_band)) {
+        let sk_e256: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e256, (n_cols - 1u))], (sk_e256 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e131: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e131, (n_cols - 1u))], (sk_e131 < n_cols)) >= mr_band)) {
+        let sk_e257: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e257, (n_cols - 1u))], (sk_e257 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -228,20 +228,20 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e144: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e144, (n_cols - 1u))], (sk_e144 < n_cols)) >= mr_band)) {
+            let sk_e270: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e270, (n_cols - 1u))], (sk_e270 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e145: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e145, (n_cols - 1u))], (sk_e145 < n_cols)) >= mr_band)) {
+            let sk_e271: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e271, (n_cols - 1u))], (sk_e271 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e146: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e146, (n_cols - 1u))], (sk_e146 < n_cols)) >= mr_band)) {
+            let sk_e272: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e272, (n_cols - 1u))], (sk_e272 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e147: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e147, (n_cols - 1u))], (sk_e147 < n_cols)) >= mr_band)) {
+            let sk_e273: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e273, (n_cols - 1u))], (sk_e273 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

@@ -45,16 +45,16 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
             zx3 = select((0.0f), sk_load_x(((base + col_lo) + select((n_cols - 1u), li3, sk_e20))), sk_e20);
         }
         {
-            sk_read_step_44(zx0, li0, n_cols, &m);
+            sk_read_step_45(zx0, li0, n_cols, &m);
         }
         {
-            sk_read_step_44(zx1, li1, n_cols, &m);
+            sk_read_step_45(zx1, li1, n_cols, &m);
         }
         {
-            sk_read_step_44(zx2, li2, n_cols, &m);
+            sk_read_step_45(zx2, li2, n_cols, &m);
         }
         {
-            sk_read_step_44(zx3, li3, n_cols, &m);
+            sk_read_step_45(zx3, li3, n_cols, &m);
         }
     }
     var part_m: f32 = (0.0f);

@@ -32,16 +32,16 @@ fn sk_column_of_key_4(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, rk_key: 
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_74(col_lo, li0, zx0, rk_key, &rk_mine);
+                    sk_read_step_75(col_lo, li0, zx0, rk_key, &rk_mine);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_74(col_lo, li1, zx1, rk_key, &rk_mine);
+                    sk_read_step_75(col_lo, li1, zx1, rk_key, &rk_mine);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_74(col_lo, li2, zx2, rk_key, &rk_mine);
+                    sk_read_step_75(col_lo, li2, zx2, rk_key, &rk_mine);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_74(col_lo, li3, zx3, rk_key, &rk_mine);
+                    sk_read_step_75(col_lo, li3, zx3, rk_key, &rk_mine);
                 }
             }
         }

@@ -62,25 +62,25 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_56(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_82(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_83(col_lo, li0, zx0, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_82(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_83(col_lo, li1, zx1, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_82(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_83(col_lo, li2, zx2, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_82(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
+                            sk_read_step_83(col_lo, li3, zx3, cut_x_above, temp, part_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                     }
                 } else {
-                    sk_cut_part_4(sk_lid, base, col_lo, col_hi, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &cut_counts, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
+                    sk_cut_part_4(sk_lid, base, col_lo, col_hi, row, cut_x_above, temp, part_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &cut_counts, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
                 }
                 storageBarrier();
                 var part_n_above: u32 = 0u;
@@ -89,21 +89,21 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                 var part_m_range: u64 = 0lu;
                 part_m_range = sk_block_sum_u64(sk_lid, m_range);
                 var part_w_below: f32 = (0.0f);
-                let sk_e95: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                let sk_e94: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e95))) + abs((cut_above_from * sk_e95))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
-                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e94), (0.0f), (sk_e94 == bitcast<f32>(4286578688u)))));
+                let sk_e208: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                let sk_e207: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e208))) + abs((cut_above_from * sk_e208))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e207), (0.0f), (sk_e207 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
-                let sk_e96: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
-                part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e96 ^ (bitcast<u32>((bitcast<i32>(sk_e96) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                let sk_e209: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
+                part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e209 ^ (bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;
-                let sk_e97: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
-                part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e97 ^ (bitcast<u32>((bitcast<i32>(sk_e97) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                let sk_e210: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
+                part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e210 ^ (bitcast<u32>((bitcast<i32>(sk_e210) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
                 var part_max_range: u32 = 0u;
-                let sk_e98: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
-                part_max_range = sk_block_max_u32(sk_lid, select((sk_e98 ^ (bitcast<u32>((bitcast<i32>(sk_e98) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                let sk_e211: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
+                part_max_range = sk_block_max_u32(sk_lid, select((sk_e211 ^ (bitcast<u32>((bitcast<i32>(sk_e211) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                 var part_max_below: u32 = 0u;
-                let sk_e99: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
-                part_max_below = sk_block_max_u32(sk_lid, select((sk_e99 ^ (bitcast<u32>((bitcast<i32>(sk_e99) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                let sk_e212: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
+                part_max_below = sk_block_max_u32(sk_lid, select((sk_e212 ^ (bitcast<u32>((bitcast<i32>(sk_e212) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                 var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                 var part_best: f32 = (0.0f);
                 var part_best_i: u32 = 0u;
@@ -143,8 +143,10 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                         // built by kernels::filter_top_p::race_tied_range
                         for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
                             var rt_col: u32 = atomicLoad(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]);
-                            let sk_e100: f32 = sk_load_x((base + rt_col));
-                            var rt_z_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
+                            let sk_e215: u32 = (base + rt_col);
+                            let sk_e213: u32 = (sk_e215 - base);
+                            let sk_e214: f32 = sk_load_x(sk_e215);
+                            var rt_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e214, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e214) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e213 >> 5u))] >> (sk_e213 & 31u)) & 1u) != 0u)));
                             var rt_z: f32 = (rt_z_x / temp);
                             var rt_ov: f32 = (rt_z - part_mx);
                             if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {
@@ -168,21 +170,21 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = (0.0f);
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_56(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                             } else {
-                                sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                             }
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_62(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_64(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_62(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_64(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_62(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_64(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_62(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                sk_read_step_64(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                             }
                         }
                     }

@@ -51,9 +51,9 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_78(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
-                    sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                 }
                 if ((li0 < (col_hi - col_lo))) {
                     // built by kernels::filter_values::read_step
@@ -182,21 +182,21 @@ fn sk_cut_here_3(sk_lid: u32, part: u32, parts: u32, row_slot: u32, row: u32, ba
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_78(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
-                        sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }
                     if ((li0 < (col_hi - col_lo))) {
-                        sk_read_step_76(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_77(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li1 < (col_hi - col_lo))) {
-                        sk_read_step_76(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_77(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li2 < (col_hi - col_lo))) {
-                        sk_read_step_76(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_77(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                     if ((li3 < (col_hi - col_lo))) {
-                        sk_read_step_76(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                        sk_read_step_77(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, part_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
                     }
                 }
             }

@@ -116,52 +116,52 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     zx15 = sk_load_x(((base + col_lo) + select((sk_e118 - 1u), li15, (li15 < sk_e118))));
                 }
                 if ((li0 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx0, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx0, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li1 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx1, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx1, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li2 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx2, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx2, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li3 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx3, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx3, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li4 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx4, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx4, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li5 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx5, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx5, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li6 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx6, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx6, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li7 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx7, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx7, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li8 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx8, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx8, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li9 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx9, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx9, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li10 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx10, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx10, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li11 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx11, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx11, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li12 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx12, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx12, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li13 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx13, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx13, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li14 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx14, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx14, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
                 if ((li15 < (col_hi - col_lo))) {
-                    sk_read_step_66(zx15, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
+                    sk_read_step_67(zx15, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
                 }
             }
             var rm_row: u64 = 0lu;

@@ -64,16 +64,16 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_78(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_78(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_78(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_78(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                 }
             } else {
@@ -88,7 +88,7 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_78(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         // built by kernels::filter_values::read_step
                         zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -97,16 +97,16 @@ fn sk_digit_counts_7(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_78(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_78(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_78(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_78(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                        sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                     }
                 }
             }

@@ -43,7 +43,7 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_78(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -52,16 +52,16 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_79(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_80(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_79(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_80(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_79(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_80(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_79(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
+                    sk_read_step_80(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, &list_at);
                 }
             }
         }

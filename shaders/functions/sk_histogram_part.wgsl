@@ -35,14 +35,14 @@ fn sk_histogram_part(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
                         var ec_atu: u32 = u32(ec_at);
                         var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                         part_keys[g] = (part_keys[g] + ec_n);
-                        let sk_e52: u32 = (512u + g);
-                        part_keys[sk_e52] = max(part_keys[sk_e52], ec_n);
+                        let sk_e115: u32 = (512u + g);
+                        part_keys[sk_e115] = max(part_keys[sk_e115], ec_n);
                         var ec_x: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]);
                         var ec_sum: u32 = (part_keys[(1024u + g)] + ec_x);
                         part_keys[(1024u + g)] = ec_sum;
                         if ((ec_sum < ec_x)) {
-                            let sk_e53: u32 = (1536u + g);
-                            part_keys[sk_e53] = (part_keys[sk_e53] + 1u);
+                            let sk_e116: u32 = (1536u + g);
+                            part_keys[sk_e116] = (part_keys[sk_e116] + 1u);
                         }
                     }
                 }
@@ -62,8 +62,8 @@ fn sk_histogram_part(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
         var ec_unit: f32 = ((3500000000.0f) / ec_total);
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::place_cut
-            let sk_e54: u32 = (1024u + g);
-            part_keys[sk_e54] = u32((bitcast<f32>(part_keys[sk_e54]) * ec_unit));
+            let sk_e117: u32 = (1024u + g);
+            part_keys[sk_e117] = u32((bitcast<f32>(part_keys[sk_e117]) * ec_unit));
         }
         var ec_m_own: u32 = 0u;
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -111,8 +111,8 @@ fn sk_histogram_part(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
         for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
             // built by kernels::filter_top_p::crossing
             var ec_n_x: u32 = part_keys[(0u + g)];
-            let sk_e55: u32 = (kk - 1u);
-            if ((((kk < params.vocab) && (ec_n_cum <= sk_e55)) && ((ec_n_cum + ec_n_x) > sk_e55))) {
+            let sk_e118: u32 = (kk - 1u);
+            if ((((kk < params.vocab) && (ec_n_cum <= sk_e118)) && ((ec_n_cum + ec_n_x) > sk_e118))) {
                 ec_n_first = max(ec_n_first, (512u - g));
                 ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                 ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));

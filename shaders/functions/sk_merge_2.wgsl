@@ -84,21 +84,21 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_77(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_78(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_80(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_81(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_73(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_74(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_73(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_74(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_73(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_74(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_73(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_74(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;

@@ -10,21 +10,21 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e228: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e228 + 3u)]), atomicLoad(&partials[(sk_e228 + 4u)]));
-        let sk_e231: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e229: f32 = select((0.0f), (1.0f), (sk_e231 == bitcast<f32>(2139095040u)));
-        let sk_e230: f32 = (sk_e231 - row_m);
-        let sk_e232: bool = (row_m == bitcast<f32>(4286578688u));
-        let sk_e233: bool = (row_m == bitcast<f32>(2139095040u));
-        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e230), (0.0f), sk_e232), sk_e229, sk_e233) > (0.0f)) && (select(select(sk_exp(sk_e230), (0.0f), sk_e232), sk_e229, sk_e233) >= mp)))) {
+        let sk_e435: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e435 + 3u)]), atomicLoad(&partials[(sk_e435 + 4u)]));
+        let sk_e438: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e436: f32 = select((0.0f), (1.0f), (sk_e438 == bitcast<f32>(2139095040u)));
+        let sk_e437: f32 = (sk_e438 - row_m);
+        let sk_e439: bool = (row_m == bitcast<f32>(4286578688u));
+        let sk_e440: bool = (row_m == bitcast<f32>(2139095040u));
+        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e437), (0.0f), sk_e439), sk_e436, sk_e440) > (0.0f)) && (select(select(sk_exp(sk_e437), (0.0f), sk_e439), sk_e436, sk_e440) >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e234: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e234 + 1u)] == 1u) && (rows[(sk_e234 + 6u)] == 1u))))) {
+    let sk_e441: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e441 + 1u)] == 1u) && (rows[(sk_e441 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -38,12 +38,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e235: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e235) && (sk_e235 != 4294967295u))) {
-                let sk_e236: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e236 ^ ((bitcast<u32>((bitcast<i32>(sk_e236) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e237: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                if (((sk_e237 > (0.0f)) && (sk_e237 >= mp))) {
+            let sk_e442: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e442) && (sk_e442 != 4294967295u))) {
+                let sk_e443: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e443 ^ ((bitcast<u32>((bitcast<i32>(sk_e443) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e444: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                if (((sk_e444 > (0.0f)) && (sk_e444 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -54,14 +54,14 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e241: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e240: u32 = (sk_e241 + 7u);
-            let sk_e242: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e243: bool = (row_m == bitcast<f32>(2139095040u));
-            if (((atomicLoad(&partials[(sk_e241 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e240]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e240])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e242), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e240]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e240])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e243) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e240]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e240])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e242), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e240]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e240])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e243) >= mp)))) {
-                let sk_e245: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e244: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e245 + 5u)]));
-                if (((sk_e244 > best) || ((sk_e244 == best) && (atomicLoad(&partials[(sk_e245 + 6u)]) < best_i)))) {
+            let sk_e448: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e447: u32 = (sk_e448 + 7u);
+            let sk_e449: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e450: bool = (row_m == bitcast<f32>(2139095040u));
+            if (((atomicLoad(&partials[(sk_e448 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e449), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e450) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e449), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e450) >= mp)))) {
+                let sk_e452: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e451: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e452 + 5u)]));
+                if (((sk_e451 > best) || ((sk_e451 == best) && (atomicLoad(&partials[(sk_e452 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower_and
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -70,12 +70,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e248: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e246: u32 = (sk_e248 + 7u);
-            let sk_e247: u32 = (sk_e248 + 0u);
-            let sk_e249: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e250: bool = (row_m == bitcast<f32>(2139095040u));
-            if ((((atomicLoad(&partials[(sk_e248 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e247])) - row_m)), (0.0f), sk_e249), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e247])) == bitcast<f32>(2139095040u))), sk_e250) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e247])) - row_m)), (0.0f), sk_e249), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e247])) == bitcast<f32>(2139095040u))), sk_e250) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e246]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e246])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e249), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e246]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e246])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e250) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e246]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e246])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e249), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e246]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e246])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e250) >= mp))))) {
+            let sk_e455: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e453: u32 = (sk_e455 + 7u);
+            let sk_e454: u32 = (sk_e455 + 0u);
+            let sk_e456: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e457: bool = (row_m == bitcast<f32>(2139095040u));
+            if ((((atomicLoad(&partials[(sk_e455 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e454])) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e454])) == bitcast<f32>(2139095040u))), sk_e457) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e454])) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e454])) == bitcast<f32>(2139095040u))), sk_e457) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e457) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e457) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
@@ -91,21 +91,21 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_54(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_56(base, col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            sk_read_step_65(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_62(col_hi, col_lo, base, li0, row, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_58(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_60(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_58(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_60(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_58(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_60(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_58(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_60(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;
@@ -133,7 +133,7 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            sk_write_results(sk_lid, base, ow_at, temp, row, ow_valid, row_m, row_s);
+            sk_write_results(sk_lid, base, ow_at, row, temp, ow_valid, row_m, row_s);
         }
         if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
             // built by kernels::filter_top_k::finish_race

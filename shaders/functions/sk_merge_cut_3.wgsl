@@ -33,8 +33,8 @@ fn sk_merge_cut_3(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
                 if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                     r_short = 1u;
                 }
-                let sk_e127: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e127 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e127 + 0u)]))));
+                let sk_e257: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e257 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e257 + 0u)]))));
                 r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                 r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                 r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -60,7 +60,7 @@ fn sk_merge_cut_3(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
             var cut_below_ends: bool = ((w_below_all <= (0.0f)) || (w_below_all < mp));
             var cut_retry: bool = false;
             for (var cut_try: u32 = 0u; cut_try < 2u; cut_try = cut_try + 1u) {
-                sk_cut_row_3(sk_lid, cut_try, row_slot, parts, col_hi, col_lo, base, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, row, mp, cut_seeded, noisy, &cut_retry, &reads_before, &one_read_done);
+                sk_cut_row_3(sk_lid, cut_try, row_slot, parts, col_hi, col_lo, base, row, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, mp, cut_seeded, noisy, &cut_retry, &reads_before, &one_read_done);
             }
         }
     }

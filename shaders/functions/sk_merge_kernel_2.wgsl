@@ -54,14 +54,14 @@ fn sk_merge_kernel_2(sk_lid: u32, one_read: bool, top_p_cut: bool, slot: u32, pa
                     var row_s: f32 = (0.0f);
                     row_s = sk_block_sum_f32(sk_lid, s);
                     if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                        sk_merge_row_5(sk_lid, kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, temp, capped, row, noisy, &col_hi, &col_lo, &reads_before, &one_read_done);
+                        sk_merge_row_5(sk_lid, kc, parts, row_m, slot, kk, pp, k_first, row_s, mp, base, row, temp, capped, noisy, &col_hi, &col_lo, &reads_before, &one_read_done);
                     }
                 }
             }
         }
     }
     if ((!one_read_done)) {
-        sk_sweep(sk_lid, reads_before, col_hi, col_lo, base, temp, k_first, searched, mp_first, mp, kk, pp, row, filtered, noisy);
+        sk_sweep(sk_lid, reads_before, col_hi, col_lo, base, row, temp, k_first, searched, mp_first, mp, kk, pp, filtered, noisy);
     }
     *sk_io_reads_before = reads_before;
     *sk_io_col_hi = col_hi;

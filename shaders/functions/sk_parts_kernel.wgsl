@@ -15,14 +15,14 @@ fn sk_parts_kernel(sk_lid: u32, parts: u32, row_slot: u32, mp: f32) {
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e162: u32 = (((row_slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e162 + 3u)]), atomicLoad(&partials[(sk_e162 + 4u)]));
-        let sk_e165: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e163: f32 = select((0.0f), (1.0f), (sk_e165 == bitcast<f32>(2139095040u)));
-        let sk_e164: f32 = (sk_e165 - mp_mx);
-        let sk_e166: bool = (mp_mx == bitcast<f32>(4286578688u));
-        let sk_e167: bool = (mp_mx == bitcast<f32>(2139095040u));
-        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e164), (0.0f), sk_e166), sk_e163, sk_e167) > (0.0f)) && (select(select(sk_exp(sk_e164), (0.0f), sk_e166), sk_e163, sk_e167) >= mp)))) {
+        let sk_e288: u32 = (((row_slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e288 + 3u)]), atomicLoad(&partials[(sk_e288 + 4u)]));
+        let sk_e291: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e289: f32 = select((0.0f), (1.0f), (sk_e291 == bitcast<f32>(2139095040u)));
+        let sk_e290: f32 = (sk_e291 - mp_mx);
+        let sk_e292: bool = (mp_mx == bitcast<f32>(4286578688u));
+        let sk_e293: bool = (mp_mx == bitcast<f32>(2139095040u));
+        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e290), (0.0f), sk_e292), sk_e289, sk_e293) > (0.0f)) && (select(select(sk_exp(sk_e290), (0.0f), sk_e292), sk_e289, sk_e293) >= mp)))) {
             mo_left = 1u;
         }
     }

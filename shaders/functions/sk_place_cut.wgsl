@@ -31,8 +31,8 @@ fn sk_place_cut(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f32
                     var ef_atu: u32 = u32(ef_at);
                     var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                     part_keys[g] = (part_keys[g] + ef_n);
-                    let sk_e56: u32 = (1024u + g);
-                    part_keys[sk_e56] = max(part_keys[sk_e56], ef_n);
+                    let sk_e119: u32 = (1024u + g);
+                    part_keys[sk_e119] = max(part_keys[sk_e119], ef_n);
                 }
             }
         }
@@ -42,15 +42,15 @@ fn sk_place_cut(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f32
         // built by kernels::filter_top_p::place_cut
         var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
         var ef_edge: f32 = (ef_k * (3.0517578e-5f));
-        let sk_e57: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-        var ef_w: f32 = (f32(part_keys[g]) * select(select(sk_exp((sk_e57 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e57 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+        let sk_e120: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+        var ef_w: f32 = (f32(part_keys[g]) * select(select(sk_exp((sk_e120 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e120 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
         part_keys[(2048u + g)] = bitcast<u32>(ef_w);
         ef_own_w = (ef_own_w + ef_w);
     }
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
         // built by kernels::filter_top_p::place_cut
-        let sk_e58: u32 = (2048u + g);
-        part_keys[sk_e58] = u32((bitcast<f32>(part_keys[sk_e58]) * ec_unit));
+        let sk_e121: u32 = (2048u + g);
+        part_keys[sk_e121] = u32((bitcast<f32>(part_keys[sk_e121]) * ec_unit));
     }
     var ef_m_own: u32 = 0u;
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -98,8 +98,8 @@ fn sk_place_cut(sk_lid: u32, row_m: f32, parts: u32, row_slot: u32, ec_unit: f32
     for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
         // built by kernels::filter_top_p::crossing
         var ef_n_x: u32 = part_keys[(0u + g)];
-        let sk_e59: u32 = (kk - 1u);
-        if ((((kk < params.vocab) && (ef_n_cum <= sk_e59)) && ((ef_n_cum + ef_n_x) > sk_e59))) {
+        let sk_e122: u32 = (kk - 1u);
+        if ((((kk < params.vocab) && (ef_n_cum <= sk_e122)) && ((ef_n_cum + ef_n_x) > sk_e122))) {
             ef_n_first = max(ef_n_first, (1024u - g));
             ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
             ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));

@@ -40,16 +40,16 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_71(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_72(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_71(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_72(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_71(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_72(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_71(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_72(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -145,16 +145,16 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_69(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_70(col_lo, li0, zx0, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_69(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_70(col_lo, li1, zx1, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_69(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_70(col_lo, li2, zx2, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_69(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_70(col_lo, li3, zx3, rk_key, rk_same_n, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

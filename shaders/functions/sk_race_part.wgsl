@@ -5,11 +5,11 @@ fn sk_race_part(mr_q0: u32, n_cols: u32, mr_w0: u32, mr_floor: f32, mr_in: u32, 
     var best: f32 = *sk_io_best;
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_min_p::race_part
-    let sk_e133: u32 = ((mr_q0 * 4u) + sk_c0);
-    let sk_e132: u32 = select(0u, part_keys[min(sk_e133, (n_cols - 1u))], (sk_e133 < n_cols));
-    var mr_v: f32 = bitcast<f32>((sk_e132 ^ ((bitcast<u32>((bitcast<i32>(sk_e132) >> 31u)) ^ 4294967295u) | 2147483648u)));
-    let sk_e134: f32 = (mr_v * (1.0f));
-    var mr_may: bool = ((((sk_e134 + (abs(sk_e134) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((mr_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= max(best, mr_floor)) || (sk_e134 >= (1.7014118e38f)));
+    let sk_e259: u32 = ((mr_q0 * 4u) + sk_c0);
+    let sk_e258: u32 = select(0u, part_keys[min(sk_e259, (n_cols - 1u))], (sk_e259 < n_cols));
+    var mr_v: f32 = bitcast<f32>((sk_e258 ^ ((bitcast<u32>((bitcast<i32>(sk_e258) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    let sk_e260: f32 = (mr_v * (1.0f));
+    var mr_may: bool = ((((sk_e260 + (abs(sk_e260) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((mr_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= max(best, mr_floor)) || (sk_e260 >= (1.7014118e38f)));
     if ((mr_may && ((mr_in & sk_c1) != 0u))) {
         var score: f32 = (mr_v + sk_gumbel(mr_w0));
         if (((score > best) || ((score == best) && (((col_lo + (mr_q0 * 4u)) + sk_c2) < best_i)))) {

@@ -8,8 +8,8 @@ fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = f64(ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e165: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e165 + 8u)], rows[(sk_e165 + 9u)], rows[(sk_e165 + 10u)], col)));
+        let sk_e366: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e366 + 8u)], rows[(sk_e366 + 9u)], rows[(sk_e366 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best

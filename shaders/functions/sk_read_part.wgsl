@@ -42,8 +42,8 @@ fn sk_read_part(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, col_
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e160: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e160, 463u)]), (sk_e160 < 464u)));
+                let sk_e286: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e286, 463u)]), (sk_e286 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -56,8 +56,8 @@ fn sk_read_part(sk_lid: u32, n_cols: u32, top_key: u32, kc: u32, slot: u32, col_
             var t_my_at: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e161: u32 = (t_lo + tj);
-                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e161, 463u)]), (sk_e161 < 464u));
+                let sk_e287: u32 = (t_lo + tj);
+                var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e287, 463u)]), (sk_e287 < 464u));
                 if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                     t_my_bin = ((t_lo + tj) + 1u);
                     t_my_above = (t_run - t_above);

@@ -8,8 +8,8 @@ fn sk_read_step_26(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    let sk_e75: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-    var key: u32 = (sk_e75 ^ (bitcast<u32>((bitcast<i32>(sk_e75) >> 31u)) | 2147483648u));
+    let sk_e171: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+    var key: u32 = (sk_e171 ^ (bitcast<u32>((bitcast<i32>(sk_e171) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -30,8 +30,8 @@ fn sk_read_step_26(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched
         }
         kept = in_set;
     }
-    let sk_e76: u32 = (base + col);
-    out[sk_e76] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e76), kept);
+    let sk_e172: u32 = (base + col);
+    out[sk_e172] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e172), kept);
     *sk_io_all_mass = all_mass;
     *sk_io_tie_rank = tie_rank;
 }

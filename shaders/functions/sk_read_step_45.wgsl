@@ -8,7 +8,8 @@ fn sk_read_step_45(zx0: f32, li0: u32, n_cols: u32, sk_io_m: ptr<function, f32>)
     var z_ok: bool = (z > (0.0f));
     if ((li0 < n_cols)) {
         // built by kernels::filter_top_k::load_part
-        part_keys[li0] = select(2147483648u, bitcast<u32>(z), z_ok);
+        let sk_e21: u32 = select(bitcast<u32>(z), 0u, (bitcast<u32>(z) == 2147483648u));
+        part_keys[li0] = select(0u, (sk_e21 ^ (bitcast<u32>((bitcast<i32>(sk_e21) >> 31u)) | 2147483648u)), z_ok);
     }
     if (z_ok) {
         // built by kernels::filter_top_k::load_part

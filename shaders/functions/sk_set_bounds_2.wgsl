@@ -58,16 +58,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_38(col_lo, li0, zx0, s_key, mx, &mine);
+                        sk_read_step_39(col_lo, li0, zx0, s_key, mx, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_38(col_lo, li1, zx1, s_key, mx, &mine);
+                        sk_read_step_39(col_lo, li1, zx1, s_key, mx, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_38(col_lo, li2, zx2, s_key, mx, &mine);
+                        sk_read_step_39(col_lo, li2, zx2, s_key, mx, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_38(col_lo, li3, zx3, s_key, mx, &mine);
+                        sk_read_step_39(col_lo, li3, zx3, s_key, mx, &mine);
                     }
                 }
             }
@@ -116,16 +116,16 @@ fn sk_set_bounds_2(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_t
                         zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                     }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_39(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_40(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_39(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_40(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_39(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_40(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_39(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_40(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }

@@ -62,16 +62,16 @@ fn sk_stage_2(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_
                     zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
                 }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_37(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_38(col_lo, li0, zx0, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_37(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_38(col_lo, li1, zx1, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_37(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_38(col_lo, li2, zx2, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_37(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
+                    sk_read_step_38(col_lo, li3, zx3, sel_mask, sel_key, mx, in_a, mp_first, mp, shift, &cnt, &mas);
                 }
             }
         }

@@ -232,7 +232,8 @@ impl Backend for CpuBackend {
                     seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }
             }
-            Job::Sample { shape, logits, rows, mut out, listed: _ } => {
+            // The CPU applies a stage whole, before the step (`apply_stage`); its jobs read none.
+            Job::Sample { shape, logits, rows, mut out, listed: _, at_read: _ } => {
                 for r in 0..shape.batch {
                     if takes_filter_path(&rows[r]) {
                         filtered_row(Input::Logits(logits), shape, r, &rows[r], out.reborrow());

@@ -338,6 +338,9 @@ impl Backend for CudaBackend {
     fn len<T: Element>(buf: &CudaSlice<T>) -> usize {
         buf.len()
     }
+    fn reads_stage(&self) -> bool {
+        true
+    }
     /// Compiles and loads every kernel with NVRTC for this device.
     fn warm_up(&self) -> Result<usize> {
         let built = crate::kernels::all().iter().filter(|k| k.cuda.is_some());

@@ -62,6 +62,9 @@ pub enum Job<'a, B: Backend + ?Sized> {
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
         listed: Option<RowLists<'a, B>>,
+        /// The stage the kernels apply as they read the logits (a device backend's only:
+        /// [`Backend::reads_stage`](crate::Backend::reads_stage)).
+        at_read: AtRead<'a, B>,
     },
     Filter {
         shape: Shape,
@@ -169,9 +172,12 @@ impl<B: Backend + ?Sized> Job<'_, B> {
                 v.read(*rows);
                 out(o, v);
             }
-            Job::Sample { logits: l, rows, out: o, listed, .. } => {
+            Job::Sample { logits: l, rows, out: o, listed, at_read, .. } => {
                 logits(l, v);
                 v.read(*rows);
+                if let Some(mask) = at_read.allowed {
+                    v.read(mask);
+                }
                 for lists in listed.iter() {
                     v.read(lists.seeded.0);
                     v.read(lists.filtered.0);
@@ -213,5 +219,29 @@ impl<B: Backend + ?Sized> Job<'_, B> {
                 v.write(&mut **sums);
             }
         }
+    }
+}
+
+/// The inputs of a call's stage that the device kernels apply in the read that samples, as they
+/// load each logit: the allowed-token bitmask, one word per 32 columns beside the logits (a
+/// disallowed column reads as -inf), and NaN as -1e5 (`FLAG_ALLOWED`, `FLAG_NAN_AS_FINITE`).
+pub struct AtRead<'a, B: Backend + ?Sized> {
+    /// `[batch, ceil(vocab / 32)]` words, checked by [`LogitsStage::validate`].
+    pub allowed: Option<&'a B::Buffer<u32>>,
+    pub nan_as_finite: bool,
+}
+
+impl<B: Backend + ?Sized> Clone for AtRead<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend + ?Sized> Copy for AtRead<'_, B> {}
+
+impl<B: Backend + ?Sized> AtRead<'_, B> {
+    /// Nothing read with the logits: the kernels' reads as without a stage.
+    pub fn none() -> Self {
+        AtRead { allowed: None, nan_as_finite: false }
     }
 }

@@ -8,8 +8,9 @@ use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_MERGE, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
-    FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_SLOT_WORDS,
+    FLAG_ALLOWED, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_MERGE, FLAG_NAN_AS_FINITE, FLAG_PASSES,
+    FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS,
+    STAGE_BITS, STAGE_SHIFT, TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -54,8 +55,13 @@ impl<H: Copy> Launch<H> {
     }
 
     /// Binds `buffer` (`None`: an output the kernel is told not to write) to the kernel's
-    /// binding called `name`.
+    /// binding called `name`. The logits come with the bitmask their reads apply: until a
+    /// call's stage binds one ([`Launch::read_stage`]), the logits stand in for it, never read
+    /// (the flag is clear).
     fn bind(&mut self, name: Binding, buffer: Option<H>) {
+        if name == Binding::X && self.kernel.slot(Binding::Allowed).is_some() {
+            self.bind(Binding::Allowed, buffer);
+        }
         match self.kernel.slot(name) {
             Some(slot) => {
                 self.buffers[slot] = buffer;
@@ -72,6 +78,19 @@ impl<H: Copy> Launch<H> {
             self.bind(name, buffer);
         }
         self
+    }
+
+    /// Binds the bitmask of a call's stage and sets the flags of what the kernel reads with the
+    /// logits ([`AtRead`](crate::backend::AtRead)). Every launch of a
+    /// sampling call reads logits, so each declares it.
+    fn read_stage(&mut self, allowed: Option<H>, nan_as_finite: bool) {
+        if allowed.is_some() {
+            self.bind(Binding::Allowed, allowed);
+            self.params[3] |= FLAG_ALLOWED;
+        }
+        if nan_as_finite {
+            self.params[3] |= FLAG_NAN_AS_FINITE;
+        }
     }
 
     /// The buffer bound to `name`.
@@ -338,6 +357,9 @@ impl<T> Scratch<T> {
 /// three, then a staged kernel's stages; with merge dispatches, one after each of the first four.
 pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 9;
 
+// A staged kernel's stage fits its flag bits.
+const _: () = assert!(MAX_STAGES <= STAGE_BITS as usize + 1);
+
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
 pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
@@ -433,7 +455,7 @@ impl<'a, H: Copy> Launch<H> {
     pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Result<Plan<H>> {
         let first = Self::from_job(job);
         let plan = match job {
-            Job::Sample { shape, logits, rows, out, listed } => {
+            Job::Sample { shape, logits, rows, out, listed, at_read } => {
                 // The plain rows, then the seeded kernel's launch over the seeded rows and the
                 // filter kernel's over the filtered rows; a list the host knows to be empty
                 // launches nothing (without lists, every row may be either).
@@ -497,6 +519,8 @@ impl<'a, H: Copy> Launch<H> {
                 if on_side {
                     plan.iter_mut().skip(1).for_each(|l| l.side = true);
                 }
+                let allowed = at_read.allowed.map(|m| B::handle(m));
+                plan.iter_mut().for_each(|l| l.read_stage(allowed, at_read.nan_as_finite));
                 plan
             }
             Job::Greedy { shape, .. } | Job::RaceLogits { shape, .. } | Job::RaceProbs { shape, .. } => {
@@ -770,7 +794,7 @@ mod tests {
     //! not a test runs that kernel on a device.
 
     use super::*;
-    use crate::backend::{Diagnostics, Output, RowLists};
+    use crate::backend::{AtRead, Diagnostics, Output, RowLists};
     use crate::types::{Order, RowParams};
     use crate::CpuBackend;
     use half::{bf16, f16};
@@ -875,7 +899,8 @@ mod tests {
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
             b.seeded_from_logits(shape, logits, &rows, out!()).unwrap();
             b.sample(shape, logits, &rows, out!()).unwrap();
-            b.run(crate::backend::sample_job(shape, logits, &rows, out!(), Some(listed)).unwrap()).unwrap();
+            b.run(crate::backend::sample_job(shape, logits, &rows, out!(), Some(listed), AtRead::none()).unwrap())
+                .unwrap();
             b.sample_filtered(shape, Input::Logits(logits), &rows, out!()).unwrap();
             b.mask_logits(shape, logits, &rows, &mut dense).unwrap();
             b.read_rows(shape, logits, &mut vec![0.0; 2]).unwrap();
@@ -1006,6 +1031,7 @@ mod tests {
                     rows: &rows,
                     out: Output::new(&mut t),
                     listed: Some(listed),
+                    at_read: AtRead::none(),
                 }
             } else {
                 Job::SeededLogits { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t) }
@@ -1078,6 +1104,7 @@ mod tests {
                 rows: &rows,
                 out: Output::new(&mut t),
                 listed: Some(listed),
+                at_read: AtRead::none(),
             };
             let plan = Launch::plan(&job, &split).unwrap();
             let last = plan.last().unwrap().kernel.id;
@@ -1156,8 +1183,14 @@ mod tests {
             RowParams::seeded(1.0, 3, 0),
         ];
         let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), off_path: (&list, 1), top_p_cut: true };
-        let job: Job<'_, Planner> =
-            Job::Sample { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t), listed: Some(listed) };
+        let job: Job<'_, Planner> = Job::Sample {
+            shape,
+            logits: Logits::F32(&x),
+            rows: &rows,
+            out: Output::new(&mut t),
+            listed: Some(listed),
+            at_read: AtRead::none(),
+        };
         let side = Scratch { partials: 3, counters: 4 };
         let caller = h200_split();
         let split = Split { side: Some(side), ..caller };

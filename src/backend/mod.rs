@@ -22,7 +22,7 @@ pub mod wgpu;
 use crate::error::{Error, Result};
 use crate::types::{Element, RowParams, Shape};
 use half::{bf16, f16};
-pub(crate) use job::{Job, Sealed};
+pub(crate) use job::{AtRead, Job, Sealed};
 
 /// Logits in one of the supported element formats, on a backend's device.
 pub enum Logits<'a, B: Backend + ?Sized> {
@@ -196,6 +196,7 @@ pub(crate) fn sample_job<'a, B: Backend + ?Sized>(
     rows: &'a B::Buffer<RowParams>,
     out: Output<'a, B>,
     listed: Option<RowLists<'a, B>>,
+    at_read: AtRead<'a, B>,
 ) -> Result<Job<'a, B>> {
     check_filter_shape(shape)?;
     check_rows::<B>(shape, logits.len(), rows)?;
@@ -205,7 +206,10 @@ pub(crate) fn sample_job<'a, B: Backend + ?Sized>(
             need("row list", B::len(list), count)?;
         }
     }
-    Ok(Job::Sample { shape, logits, rows, out, listed })
+    if let Some(mask) = at_read.allowed {
+        need("allowed-token bitmask", B::len(mask), shape.batch * shape.vocab.div_ceil(32))?;
+    }
+    Ok(Job::Sample { shape, logits, rows, out, listed, at_read })
 }
 
 /// `write` must fit: the data may be shorter than the buffer, never longer.
@@ -301,8 +305,8 @@ pub trait Backend: Sealed {
     }
     /// Writes `logits` after the call's logits stage into `staged` (float32, `shape`'s layout),
     /// for [`crate::Sampler::step_staged`]; the stage must have been validated for `shape`.
-    /// Only the CPU backend has it: the device backends' kernels do not read the stage yet, so
-    /// they refuse it, naming what it asks for.
+    /// Only the CPU backend has it: the device backends read the bitmask and the NaN rule with
+    /// the logits ([`Backend::reads_stage`]) and refuse the rest, naming it.
     #[doc(hidden)]
     fn apply_stage(
         &self,
@@ -313,6 +317,13 @@ pub trait Backend: Sealed {
     ) -> Result<()> {
         let _ = (shape, logits, staged);
         Err(Error::UnsupportedStage { feature: stage.first_feature().unwrap_or("logits stage") })
+    }
+    /// Whether this backend's kernels read the stage's bitmask and NaN rule with the logits
+    /// ([`AtRead`]) instead of applying the whole stage first ([`Backend::apply_stage`],
+    /// the CPU's).
+    #[doc(hidden)]
+    fn reads_stage(&self) -> bool {
+        false
     }
     /// Whether this backend computes log-probabilities ([`crate::Sampler::step_with_logprobs`]):
     /// only the CPU backend does yet, and the step refuses the others before it launches anything.
@@ -453,7 +464,7 @@ pub trait Backend: Sealed {
         rows: &Self::Buffer<RowParams>,
         out: Output<'_, Self>,
     ) -> Result<()> {
-        self.run(sample_job(shape, logits, rows, out, None)?)
+        self.run(sample_job(shape, logits, rows, out, None, AtRead::none())?)
     }
 
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],

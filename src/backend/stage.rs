@@ -8,6 +8,7 @@
 //! packed `[batch, ceil(vocab / 32)]` words. [`crate::Sampler::step_staged`] takes them; the
 //! oracle is [`crate::reference::stage`]. docs/logits-stage.md has the definitions.
 
+use crate::backend::AtRead;
 use crate::backend::{need, Backend};
 use crate::error::{Error, Result};
 use crate::reference::stage::RowStage;
@@ -79,20 +80,30 @@ impl<'a, B: Backend + ?Sized> LogitsStage<'a, B> {
         LogitsStage { nan_as_finite: true, ..self }
     }
 
-    /// What the call asks of the stage, by name, if anything changes the logits: the device
-    /// backends refuse such a call naming it ([`Error::UnsupportedStage`]).
+    /// What the call asks of the stage, by name, if anything changes the logits.
     pub fn first_feature(&self) -> Option<&'static str> {
+        self.sparse_feature().or_else(|| {
+            [(self.allowed.is_some(), "allowed-token bitmask"), (self.nan_as_finite, "NaN as -1e5")]
+                .into_iter()
+                .find_map(|(set, name)| set.then_some(name))
+        })
+    }
+
+    /// The first input, by name, that the device kernels do not read with the logits (the
+    /// penalties and the sparse lists): the device backends refuse a call that has one
+    /// ([`Error::UnsupportedStage`]).
+    pub fn sparse_feature(&self) -> Option<&'static str> {
         let penalty = self.rows.iter().find_map(StageRow::penalty);
         penalty.or_else(|| {
-            [
-                (self.bias.is_some(), "logit bias"),
-                (self.banned.is_some(), "banned tokens (min-tokens)"),
-                (self.allowed.is_some(), "allowed-token bitmask"),
-                (self.nan_as_finite, "NaN as -1e5"),
-            ]
-            .into_iter()
-            .find_map(|(set, name)| set.then_some(name))
+            [(self.bias.is_some(), "logit bias"), (self.banned.is_some(), "banned tokens (min-tokens)")]
+                .into_iter()
+                .find_map(|(set, name)| set.then_some(name))
         })
+    }
+
+    /// What the device kernels apply as they read each logit.
+    pub(crate) fn at_read(&self) -> AtRead<'a, B> {
+        AtRead { allowed: self.allowed, nan_as_finite: self.nan_as_finite }
     }
 
     /// Checks the rows' parameters and every buffer's length against `shape`.

@@ -730,6 +730,9 @@ impl Backend for WgpuBackend {
     fn len<T: Element>(buf: &WgpuBuffer<T>) -> usize {
         buf.len
     }
+    fn reads_stage(&self) -> bool {
+        true
+    }
     fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
         let kernel = if filtered { FILTERED_SEEDED } else { KernelId::SeededLogitsF32 };
         let forced = (filtered && self.portable).then_some("the full filter kernels (with_portable_filters)");

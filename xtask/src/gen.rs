@@ -55,11 +55,12 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     ));
     {
         use kernels::abi::{
-            word, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_MERGE, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
+            word, FLAG_ALLOWED, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_MERGE, FLAG_NAN_AS_FINITE, FLAG_PASSES,
+            FLAG_ROW_LIST, FLAG_SEEDED_ONLY,
         };
         use kernels::filters;
         manifest.push_str(&format!(
-            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch;\n/// the WGSL merge dispatch of a kernel that splits rows ([`KernelSource::merges`]).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\npub const FLAG_MERGE: u32 = {FLAG_MERGE};\n\n"
+            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch;\n/// the WGSL merge dispatch of a kernel that splits rows ([`KernelSource::merges`]).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\npub const FLAG_MERGE: u32 = {FLAG_MERGE};\n/// Flag bits of the logits stage read with the logits: the call's allowed-token bitmask is bound\n/// (`Binding::Allowed`); NaN logits read as -1e5.\npub const FLAG_ALLOWED: u32 = {FLAG_ALLOWED};\npub const FLAG_NAN_AS_FINITE: u32 = {FLAG_NAN_AS_FINITE};\n\n"
         ));
         manifest.push_str(&format!(
             "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_PATH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
@@ -83,9 +84,10 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     }
     {
         use kernels::abi::{PARTS_SHIFT, PART_WORDS};
-        use kernels::filter_split::{SLOT_WORDS, STAGE_SHIFT};
+        use kernels::abi::{STAGE_BITS, STAGE_SHIFT};
+        use kernels::filter_split::SLOT_WORDS;
         manifest.push_str(&format!(
-            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
+            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & STAGE_BITS` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const STAGE_BITS: u32 = {STAGE_BITS:#x};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
         ));
     }
     {

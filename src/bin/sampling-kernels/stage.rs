@@ -57,6 +57,12 @@ pub struct Flags<'a> {
 }
 
 impl Stage {
+    /// Whether it asks for more than the device kernels read with the logits (a bitmask, NaN as
+    /// -1e5): penalties, logit bias or banned tokens.
+    pub fn sparse(&self) -> bool {
+        self.bias.is_some() || self.banned.is_some() || self.rows.iter().any(|r| r.penalty().is_some())
+    }
+
     /// The stage of `batch` rows of `vocab` columns, reading the files the flags name.
     pub fn new(flags: Flags<'_>, batch: usize, vocab: usize) -> Result<Self> {
         let bias = flags.bias.map(|p| read_bias(p, batch)).transpose()?;

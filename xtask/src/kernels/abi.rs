@@ -74,6 +74,18 @@ pub const FLAG_CUT_HERE: u32 = 64;
 /// Flag bit 7: the WGSL merge dispatch of a kernel that splits rows, after the parts' dispatch
 /// (`last_part.rs`): part 0 of each row merges its parts' records, and nothing else runs.
 pub const FLAG_MERGE: u32 = 128;
+/// Flag bits 8 to 13: a staged kernel's stage ([`STAGE_SHIFT`]).
+pub const STAGE_SHIFT: u32 = 8;
+pub const STAGE_BITS: u32 = 0x3f;
+/// Flag bit 14: the call's allowed-token bitmask is bound as `allowed`, `[batch, ceil(vocab /
+/// 32)]` words, bit `c % 32` of word `c / 32` set where column `c` may be sampled; every read of
+/// a logit takes a column whose bit is clear as -inf ([`logit_at`]). Without it `allowed` is
+/// bound to the input itself and never read.
+pub const FLAG_ALLOWED: u32 = 1 << 14;
+/// Flag bit 15: a NaN logit reads as -1e5 (SGLang's `--enable-nan-detection`), not -inf.
+pub const FLAG_NAN_AS_FINITE: u32 = 1 << 15;
+/// SGLang's value for a NaN logit under [`FLAG_NAN_AS_FINITE`].
+pub const NAN_AS: f32 = -1e5;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 /// No column (a race without a winner yet).
@@ -328,15 +340,49 @@ pub(super) fn row_temperature(b: &mut Block) {
     b.let_("temp", Ty::F32, select(var("noisy"), t, f(1.0)));
 }
 
-/// The input value at `col`, NaN read as -inf so it is never chosen.
-pub(super) fn load_clean(col: Expr) -> Expr {
-    clean(load("x", var("base") + col))
+/// The input of a kernel that reads logits, and the allowed-token bitmask its reads apply
+/// ([`FLAG_ALLOWED`]).
+pub(super) fn logits_input(dtype: Dtype) -> [BufferDecl; 2] {
+    [buffer("x", dtype.storage(), false), buffer("allowed", Storage::U32, false)]
 }
 
-/// Declares `x0` .. `x3`, the values of the quad's four columns from `c0` (NaN read as -inf, a
+fn flag_set(bit: u32) -> Expr {
+    (param("flags") & u(bit)).ne_(u(0))
+}
+
+/// Whether the call's bitmask allows the element at index `at` of the input, column `at - base`
+/// of row `row` (every column without [`FLAG_ALLOWED`]: the word is then never loaded).
+fn allowed_at(at: Expr) -> Expr {
+    let col = at - var("base");
+    let words = (param("vocab") + u(31)) >> u(5);
+    let word = load("allowed", var("row") * words + (col.clone() >> u(5)));
+    flag_set(FLAG_ALLOWED).not().or(((word >> (col & u(31))) & u(1)).ne_(u(0)))
+}
+
+/// The logit at index `at` of the input as every sampling read takes it: -inf where the call's
+/// bitmask disallows the column, NaN as -inf (or -1e5, [`FLAG_NAN_AS_FINITE`]), so NaN is never
+/// chosen unless SGLang's mode makes it a value.
+pub(super) fn logit_at(at: Expr) -> Expr {
+    select(allowed_at(at.clone()), clean(load("x", at)), f(f32::NEG_INFINITY))
+}
+
+/// [`logit_at`], but a NaN the call leaves NaN stays NaN (for reads whose every test is a
+/// comparison that NaN fails, as -inf fails it).
+pub(super) fn raw_logit_at(at: Expr) -> Expr {
+    let x = load("x", at.clone());
+    let x = select(flag_set(FLAG_NAN_AS_FINITE).and(is_nan(x.clone())), f(NAN_AS), x);
+    select(allowed_at(at), x, f(f32::NEG_INFINITY))
+}
+
+/// The logit at `col` ([`logit_at`]).
+pub(super) fn load_clean(col: Expr) -> Expr {
+    logit_at(var("base") + col)
+}
+
+/// Declares `x0` .. `x3`, the logits of the quad's four columns from `c0` ([`logit_at`]; a
 /// column past the part as -inf): [`load_quad_as`] of the input.
 pub(super) fn load_quad(b: &mut Block, c0: Expr) {
-    load_quad_as(b, c0, "x", Ty::F32, f(f32::NEG_INFINITY), |at| clean(load("x", at)));
+    load_quad_as(b, c0, "x", Ty::F32, f(f32::NEG_INFINITY), logit_at);
 }
 
 /// Declares `{prefix}0` .. `{prefix}3`, `value` of the input's element at each of the quad's
@@ -369,9 +415,11 @@ pub(super) fn load_quad_as(b: &mut Block, c0: Expr, prefix: &str, ty: Ty, fill: 
     );
 }
 
-/// An input value with NaN read as -inf.
+/// An input value with NaN read as -inf (as -1e5 under [`FLAG_NAN_AS_FINITE`], which only
+/// calls from logits set).
 pub(super) fn clean(x: Expr) -> Expr {
-    select(is_nan(x.clone()), f(f32::NEG_INFINITY), x)
+    let nan = select(flag_set(FLAG_NAN_AS_FINITE), f(NAN_AS), f(f32::NEG_INFINITY));
+    select(is_nan(x.clone()), nan, x)
 }
 
 /// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its

@@ -18,7 +18,7 @@
 //! `filters::digit_schedule`); `digits + 1` the race; `digits + 2` the combine (its first
 //! part). Launches past a row's last stage leave it alone.
 
-use super::abi::{for_each_row_part_at, kernel, partials_buffer, Dtype};
+use super::abi::{for_each_row_part_at, kernel, partials_buffer, Dtype, STAGE_BITS, STAGE_SHIFT};
 use super::filters::{
     count_ties, decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, functions,
     keep_best, listed_row, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row, Build, Input,
@@ -26,9 +26,6 @@ use super::filters::{
 };
 use crate::ir::*;
 
-/// Flag bits 8 to 15: the stage a launch runs.
-pub const STAGE_SHIFT: u32 = 8;
-const STAGE_BITS: u32 = 0xff;
 /// The launches one call takes: the maximum, two selects' digit passes, the race, the combine.
 pub const STAGES: u32 = 1 + 2 * DIGIT_PASSES + 2;
 /// Scratch words per (row, part) slot: the state, then the two areas.

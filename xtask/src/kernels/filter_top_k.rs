@@ -50,8 +50,9 @@ use super::filter_min_p::{self, keeps};
 use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
-    declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
-    row_is_filtered, takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP,
+    declare_best, filter_body, filter_buffers, filter_inputs, filter_shared, functions, key_value, listed_row,
+    max_passes, order_key, row_is_filtered, takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST,
+    LIST_CAP,
 };
 use super::math::is_finite;
 use super::seeded::score64;
@@ -780,7 +781,7 @@ fn parts_kernel(input: Input) -> Kernel {
             b.if_(var("min_p_cut"), |b| super::combine::last_part(b, min_p));
         });
     });
-    let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
+    let mut buffers = filter_inputs(input);
     buffers.push(buffer("listed", Storage::U32, false));
     // Atomic: a top-p row's last part reads the other parts' histograms in the same launch.
     buffers.extend(part_buffers());

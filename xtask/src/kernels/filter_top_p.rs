@@ -58,9 +58,9 @@ use super::filter_top_k::{
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
-    add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_buffers, functions, key_value,
-    listed_row, order_key, select_step, takes_row, ties, Input, Output, ALL, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION,
-    LIST, LIST_CAP, MASS_BITS, NONE,
+    add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_inputs, functions, key_value,
+    listed_row, order_key, select_step, takes_row, ties, Input, ALL, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
+    LIST_CAP, MASS_BITS, NONE,
 };
 use super::select::{select_top, Items};
 use crate::ir::*;
@@ -1676,7 +1676,7 @@ fn cut_kernel(input: Input) -> Kernel {
             b.if_(one.and(may_cut()).and(sent), |b| b.scope(|b| cut_part(b, input)));
         });
     });
-    let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
+    let mut buffers = filter_inputs(input);
     buffers.extend([buffer("listed", Storage::U32, false), partials_buffer()]);
     let doc = "top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners";
     let name = format!("top_p_cut_{}", input.suffix());

@@ -42,8 +42,9 @@
 //! 1), order (1: top-k first; 2: min-p first; else joint). A zeroed record is a plain row.
 
 use super::abi::{
-    buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_ranked, row_is_seeded, row_temperature,
-    row_word, scaled, word, write_results, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, NO_TOP_K,
+    buffer, for_each_row, for_each_row_at, kernel, logits_input, output_buffers, row_is_ranked, row_is_seeded,
+    row_temperature, row_word, scaled, word, write_results, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES,
+    FLAG_ROW_LIST, NO_TOP_K,
 };
 use super::filter_rank;
 use super::filter_values as values;
@@ -935,14 +936,21 @@ pub(super) fn listed_row(slot: Expr) -> Expr {
     select(listed, load("listed", slot.clone()), slot)
 }
 
+/// What every filter kernel binds first: the input (from logits, with the bitmask its reads
+/// apply) and the row records.
+pub(super) fn filter_inputs(input: Input) -> Vec<BufferDecl> {
+    let mut buffers = match input {
+        Input::Logits(d) => logits_input(d).to_vec(),
+        Input::Probs => vec![buffer("x", Storage::F32, false)],
+    };
+    buffers.push(buffer("rows", Storage::U32, false));
+    buffers
+}
+
 /// What a filter kernel binds: the input and the row records, then its outputs (a sampling
 /// kernel's, with the pass counts and the row list; or the filtered values).
 pub(super) fn filter_buffers(input: Input, output: Output) -> Vec<BufferDecl> {
-    let storage = match input {
-        Input::Logits(d) => d.storage(),
-        Input::Probs => Storage::F32,
-    };
-    let mut buffers = vec![buffer("x", storage, false), buffer("rows", Storage::U32, false)];
+    let mut buffers = filter_inputs(input);
     match output {
         Output::Sample => {
             buffers.extend(output_buffers());

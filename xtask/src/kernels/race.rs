@@ -3,8 +3,9 @@
 //! by its last part in the same launch (`combine.rs`).
 
 use super::abi::{
-    buffer, for_each_column, for_each_row_part, kernel, load_clean, load_quad, output_buffers, part, part_buffers,
-    philox_block, row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE, PART_WORDS,
+    buffer, clean, for_each_column, for_each_row_part, kernel, load_clean, load_quad, logits_input, output_buffers,
+    part, part_buffers, philox_block, row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE,
+    PART_WORDS,
 };
 use super::combine;
 use super::math;
@@ -380,7 +381,7 @@ fn probs_pass(b: &mut Block) {
         b,
         |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
         |b, col, j| {
-            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
+            let x = b.let_("xv", Ty::F32, clean(load("x", var("base") + col.clone())));
             let score = b.let_("score", Ty::F32, x.clone());
             let valid = x.clone().ge(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
             b.if_else(
@@ -454,7 +455,7 @@ fn whole_row_results(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr
     if race == Race::Probs {
         let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
         write_results(b, tok.clone(), valid, |b| {
-            let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
+            let pt = b.let_("pt", Ty::F32, clean(load("x", var("base") + tok.clone())));
             select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY))
         });
         return;
@@ -525,7 +526,10 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         Race::Probs => ("race_probs", "argmax of p / Exponential noise from Philox (SGLang v0.5.20's rule)"),
     };
     let mut b = Block::new();
-    let mut buffers = vec![buffer("x", dtype.storage(), false)];
+    let mut buffers = match race {
+        Race::Probs => vec![buffer("x", dtype.storage(), false)],
+        _ => logits_input(dtype).to_vec(),
+    };
     if race != Race::Greedy {
         buffers.push(buffer("rows", Storage::U32, false));
     }

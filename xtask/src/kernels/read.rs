@@ -7,7 +7,7 @@
 //! element, on the same launch shape. It writes each row's sum (a block reduction) so no compiler
 //! can drop the reads.
 
-use super::abi::{buffer, for_each_column, for_each_row, kernel, load_clean, Dtype};
+use super::abi::{buffer, for_each_column, for_each_row, kernel, load_clean, logits_input, Dtype};
 use crate::ir::*;
 
 /// `sums[row]` = the float32 sum of the row's `vocab` values (NaN read as -inf), in an order
@@ -20,7 +20,8 @@ fn read_rows(dtype: Dtype) -> Kernel {
         let total = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_sum");
         b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store("sums", var("row"), total));
     });
-    let buffers = vec![buffer("x", dtype.storage(), false), buffer("sums", Storage::F32, true)];
+    let mut buffers = logits_input(dtype).to_vec();
+    buffers.push(buffer("sums", Storage::F32, true));
     let doc = "each row's sum, reading every element once: the read bandwidth the benchmarks compare with";
     kernel(format!("read_rows_{}", dtype.suffix()), doc, 1, buffers, vec![], b)
 }

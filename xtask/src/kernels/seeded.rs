@@ -21,8 +21,8 @@
 
 use super::abi::{
     buffer, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, load_quad_as,
-    output_buffers, row_is_seeded, row_temperature, row_word, scaled, word, write_results, Dtype, FLAG_PASSES,
-    FLAG_SEEDED_ONLY, PART_WORDS,
+    logits_input, output_buffers, row_is_seeded, row_temperature, row_word, scaled, word, write_results, Dtype,
+    FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
 };
 use super::combine;
 use super::filters::{listed_row, row_is_filtered};
@@ -492,7 +492,8 @@ fn seeded_logits_finish(b: &mut Block, combining: Expr) {
 }
 
 pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
-    let mut buffers = vec![buffer("x", dtype.storage(), false), buffer("rows", Storage::U32, false)];
+    let mut buffers = logits_input(dtype).to_vec();
+    buffers.push(buffer("rows", Storage::U32, false));
     buffers.extend(output_buffers());
     buffers
 }

@@ -2,10 +2,10 @@
 //! log-sum-exp pairs that the races' log-probabilities and the combine of split rows use.
 
 use super::abi::{
-    buffer, for_each_column, for_each_column_then, for_each_row_part, kernel, load_quad, partials_buffer,
+    buffer, for_each_column, for_each_column_then, for_each_row_part, kernel, load_quad, logits_input, partials_buffer,
     row_temperature, scaled_quad, Dtype,
 };
-use super::filter_split::STAGE_SHIFT;
+use super::abi::{STAGE_BITS, STAGE_SHIFT};
 use super::math;
 use crate::ir::*;
 
@@ -122,7 +122,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     // The launch of a split row, in the staged kernels' flag bits: 0 for the parts' pairs, 1 for
     // their merge and the write.
-    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
+    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(STAGE_BITS));
     for_each_row_part(&mut b, |b| {
         row_temperature(b);
         let pair = |slot: Expr, k: u32| slot * u(2) + u(k);
@@ -159,12 +159,9 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
             },
         );
     });
-    let buffers = vec![
-        buffer("x", dtype.storage(), false),
-        buffer("rows", Storage::U32, false),
-        buffer("probs", Storage::F32, true),
-        partials_buffer(),
-    ];
+    let [x, allowed] = logits_input(dtype);
+    let buffers =
+        vec![x, allowed, buffer("rows", Storage::U32, false), buffer("probs", Storage::F32, true), partials_buffer()];
     let doc = "softmax of l/T per row (greedy rows at T = 1), written with the input's stride";
     let mut k = kernel(format!("softmax_{}", dtype.suffix()), doc, 2, buffers, vec![math::exp()], b);
     k.stages = 2;
