@@ -1025,14 +1025,15 @@ mod tests {
                     off_path: (&list, 0),
                     top_p_cut: false,
                 };
-                Job::Sample {
+                crate::backend::sample_job(
                     shape,
-                    logits: Logits::F32(&x),
-                    rows: &rows,
-                    out: Output::new(&mut t),
-                    listed: Some(listed),
-                    at_read: AtRead::none(),
-                }
+                    Logits::F32(&x),
+                    &rows,
+                    Output::new(&mut t),
+                    Some(listed),
+                    AtRead::none(),
+                )
+                .unwrap()
             } else {
                 Job::SeededLogits { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t) }
             };
@@ -1098,14 +1099,15 @@ mod tests {
             let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
             let (on, off) = if one_read { (1, 0) } else { (0, 1) };
             let listed = RowLists { seeded: (&list, 0), filtered: (&list, on), off_path: (&list, off), top_p_cut };
-            let job: Job<'_, Planner> = Job::Sample {
+            let job: Job<'_, Planner> = crate::backend::sample_job(
                 shape,
-                logits: Logits::F32(&x),
-                rows: &rows,
-                out: Output::new(&mut t),
-                listed: Some(listed),
-                at_read: AtRead::none(),
-            };
+                Logits::F32(&x),
+                &rows,
+                Output::new(&mut t),
+                Some(listed),
+                AtRead::none(),
+            )
+            .unwrap();
             let plan = Launch::plan(&job, &split).unwrap();
             let last = plan.last().unwrap().kernel.id;
             assert_eq!(last, filter, "{:?}", plan.iter().map(|l| l.kernel.name).collect::<Vec<_>>());
@@ -1183,14 +1185,15 @@ mod tests {
             RowParams::seeded(1.0, 3, 0),
         ];
         let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), off_path: (&list, 1), top_p_cut: true };
-        let job: Job<'_, Planner> = Job::Sample {
+        let job: Job<'_, Planner> = crate::backend::sample_job(
             shape,
-            logits: Logits::F32(&x),
-            rows: &rows,
-            out: Output::new(&mut t),
-            listed: Some(listed),
-            at_read: AtRead::none(),
-        };
+            Logits::F32(&x),
+            &rows,
+            Output::new(&mut t),
+            Some(listed),
+            AtRead::none(),
+        )
+        .unwrap();
         let side = Scratch { partials: 3, counters: 4 };
         let caller = h200_split();
         let split = Split { side: Some(side), ..caller };
