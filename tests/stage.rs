@@ -320,7 +320,13 @@ type Results = (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>);
 /// NaN only, which only NaN as -1e5 makes samplable.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn reads_the_bitmask_with_the_logits<B: Backend>(b: &B) {
-    let kinds = every_kind_of_row();
+    bitmask_rows_agree(b, &every_kind_of_row())
+}
+
+/// [`reads_the_bitmask_with_the_logits`] on rows `kinds` (24, with rows 2, 4 and 5 as
+/// [`every_kind_of_row`] has them).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bitmask_rows_agree<B: Backend>(b: &B, kinds: &[RowParams]) {
     let mut s = Stream(0x9e37_79b9_7f4a_7c15);
     for vocab in [32_007usize, 100] {
         let words = vocab.div_ceil(32);
@@ -346,8 +352,8 @@ fn reads_the_bitmask_with_the_logits<B: Backend>(b: &B) {
                     (b.zeros(n).unwrap(), b.zeros(n).unwrap(), b.zeros::<f32>(n).unwrap(), b.zeros(n).unwrap());
                 let out = Output::new(&mut t).with_status(&mut st).with_logprobs(&mut lp).with_passes(&mut p);
                 match staged_first {
-                    true => sampler.step(shape, Logits::F32(&staged), &kinds, out),
-                    false => sampler.step_staged(shape, Logits::F32(&x), &kinds, &stage, out),
+                    true => sampler.step(shape, Logits::F32(&staged), kinds, out),
+                    false => sampler.step_staged(shape, Logits::F32(&x), kinds, &stage, out),
                 }
                 .unwrap();
                 let bits = b.download(&lp).unwrap().iter().map(|v| v.to_bits()).collect();
@@ -374,6 +380,22 @@ fn reads_the_bitmask_with_the_logits<B: Backend>(b: &B) {
 #[test]
 fn wgpu_reads_the_bitmask_with_the_logits() {
     common::on("wgpu", "wgpu_reads_the_bitmask_with_the_logits", common::wgpu(), reads_the_bitmask_with_the_logits);
+}
+
+/// The portable lowering reads the bitmask as the full kernels do (its seeded filtered rows,
+/// which it refuses, made Philox rows).
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_portable_reads_the_bitmask_with_the_logits() {
+    use sampling_kernels::{RowMode, WgpuBackend};
+    let portable = common::engine_wgpu(WgpuBackend::device_descriptor).map(|(b, _, _)| b.with_portable_filters(true));
+    common::on("wgpu", "wgpu_portable_reads_the_bitmask_with_the_logits", portable.as_ref(), |b| {
+        let philox = |r: RowParams| match r.mode() == RowMode::Seeded && r.has_filters() {
+            true => RowParams::new(r.temperature, r.seed(), r.offset()).with_top_p(0.9),
+            false => r,
+        };
+        bitmask_rows_agree(b, &every_kind_of_row().into_iter().map(philox).collect::<Vec<_>>())
+    });
 }
 
 #[cfg(feature = "cuda")]
