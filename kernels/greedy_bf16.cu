@@ -71,48 +71,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             unsigned int x_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                const unsigned int sk_e2 = (x_at + 0u);
-                const unsigned int sk_e0 = (sk_e2 - base);
-                const float sk_e1 = sk_load_x(sk_e2);
-                x0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e0 >> 5u))] >> (sk_e0 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e5 = (x_at + 1u);
-                const unsigned int sk_e3 = (sk_e5 - base);
-                const float sk_e4 = sk_load_x(sk_e5);
-                x1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e3 >> 5u))] >> (sk_e3 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e4) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e8 = (x_at + 2u);
-                const unsigned int sk_e6 = (sk_e8 - base);
-                const float sk_e7 = sk_load_x(sk_e8);
-                x2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e6 >> 5u))] >> (sk_e6 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e7) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e11 = (x_at + 3u);
-                const unsigned int sk_e9 = (sk_e11 - base);
-                const float sk_e10 = sk_load_x(sk_e11);
-                x3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e9 >> 5u))] >> (sk_e9 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e10) : sk_bitcast<float>(4286578688u));
+                const float sk_e0 = sk_load_x((size_t)(x_at) + 0u);
+                x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e0);
+                const float sk_e1 = sk_load_x((size_t)(x_at) + 1u);
+                x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1);
+                const float sk_e2 = sk_load_x((size_t)(x_at) + 2u);
+                x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e2);
+                const float sk_e3 = sk_load_x((size_t)(x_at) + 3u);
+                x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e3);
             } else {
                 // built by kernels::abi::load_quad_as
-                const unsigned int sk_e16 = (c0 + 0u);
-                const bool sk_e15 = (sk_e16 < col_hi);
-                const unsigned int sk_e14 = (base + (sk_e15 ? sk_e16 : (col_hi - 1u)));
-                const unsigned int sk_e12 = (sk_e14 - base);
-                const float sk_e13 = sk_load_x(sk_e14);
-                x0 = (sk_e15 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e12 >> 5u))] >> (sk_e12 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e13) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e21 = (c0 + 1u);
-                const bool sk_e20 = (sk_e21 < col_hi);
-                const unsigned int sk_e19 = (base + (sk_e20 ? sk_e21 : (col_hi - 1u)));
-                const unsigned int sk_e17 = (sk_e19 - base);
-                const float sk_e18 = sk_load_x(sk_e19);
-                x1 = (sk_e20 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e17 >> 5u))] >> (sk_e17 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e18) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e26 = (c0 + 2u);
-                const bool sk_e25 = (sk_e26 < col_hi);
-                const unsigned int sk_e24 = (base + (sk_e25 ? sk_e26 : (col_hi - 1u)));
-                const unsigned int sk_e22 = (sk_e24 - base);
-                const float sk_e23 = sk_load_x(sk_e24);
-                x2 = (sk_e25 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e22 >> 5u))] >> (sk_e22 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e23) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                const unsigned int sk_e31 = (c0 + 3u);
-                const bool sk_e30 = (sk_e31 < col_hi);
-                const unsigned int sk_e29 = (base + (sk_e30 ? sk_e31 : (col_hi - 1u)));
-                const unsigned int sk_e27 = (sk_e29 - base);
-                const float sk_e28 = sk_load_x(sk_e29);
-                x3 = (sk_e30 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e27 >> 5u))] >> (sk_e27 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e28) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e6 = (c0 + 0u);
+                const bool sk_e5 = (sk_e6 < col_hi);
+                const float sk_e4 = sk_load_x((base + (sk_e5 ? sk_e6 : (col_hi - 1u))));
+                x0 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e4) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e9 = (c0 + 1u);
+                const bool sk_e8 = (sk_e9 < col_hi);
+                const float sk_e7 = sk_load_x((base + (sk_e8 ? sk_e9 : (col_hi - 1u))));
+                x1 = (sk_e8 ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e7) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e12 = (c0 + 2u);
+                const bool sk_e11 = (sk_e12 < col_hi);
+                const float sk_e10 = sk_load_x((base + (sk_e11 ? sk_e12 : (col_hi - 1u))));
+                x2 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e10) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e15 = (c0 + 3u);
+                const bool sk_e14 = (sk_e15 < col_hi);
+                const float sk_e13 = sk_load_x((base + (sk_e14 ? sk_e15 : (col_hi - 1u))));
+                x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e13) : sk_bitcast<float>(4286578688u));
+            }
+            if (((flags & 16384u) != 0u)) {
+                // built by kernels::abi::load_logit_quad
+                unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u));
+                x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u));
+                x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u));
+                x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u));
             }
             {
                 sk_for_each_column_then_3(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
@@ -156,10 +148,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 float row_sum = (0.0f);
                 row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 if ((threadIdx.x == 0u)) {
-                    const unsigned int sk_e34 = (base + tok);
-                    const unsigned int sk_e32 = (sk_e34 - base);
-                    const float sk_e33 = sk_load_x(sk_e34);
-                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e32 >> 5u))] >> (sk_e32 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e33) : sk_bitcast<float>(4286578688u)) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e18 = (base + tok);
+                    const unsigned int sk_e16 = (sk_e18 - base);
+                    const float sk_e17 = sk_load_x(sk_e18);
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e16 >> 5u))] >> (sk_e16 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e17) : sk_bitcast<float>(4286578688u)) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {

@@ -43,19 +43,161 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
 #include "functions/sk_for_each_column_then_4.cuh"
-#include "functions/sk_load_quad_as_3.cuh"
-#include "functions/sk_load_quad_as_4.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
+#include "functions/sk_load_quad_as_3.cuh"
 #include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
 #include "functions/sk_screened_pass.cuh"
-#include "functions/sk_for_each_row_part_at.cuh"
+#include "functions/sk_merge_if_last_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ allowed, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        sk_for_each_row_part_at(slot, parts);
+        // built by kernels::abi::for_each_row_part_at
+        unsigned int row_slot = (slot / parts);
+        unsigned int part = (slot - (row_slot * parts));
+        unsigned int row = row_slot;
+        unsigned int base = (row * stride);
+        unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
+        bool noisy = (t_raw >= (1e-6f));
+        float temp = (noisy ? t_raw : (1.0f));
+        float best = sk_bitcast<float>(4286578688u);
+        unsigned int best_i = 4294967295u;
+        float best_z = sk_bitcast<float>(4286578688u);
+        float top = sk_bitcast<float>(4286578688u);
+        unsigned int top_i = 4294967295u;
+        unsigned int top_n = 0u;
+        float m = sk_bitcast<float>(4286578688u);
+        float s = (0.0f);
+        uint4 w = make_uint4(0u, 0u, 0u, 0u);
+        float rcp_t = ((1.0f) / temp);
+        float lo_best = sk_bitcast<float>(4286578688u);
+        float up1 = sk_bitcast<float>(4286578688u);
+        unsigned int up1_i = 4294967295u;
+        float up2 = sk_bitcast<float>(4286578688u);
+        if (noisy) {
+            sk_screened_pass(row, col_lo, base, col_hi, rcp_t, temp, m, s, lo_best, w, up1, up2, up1_i, best, best_i, best_z, top, top_i, top_n);
+        } else {
+            // built by kernels::race::race_row
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::abi::for_each_column_then
+                float x0 = sk_bitcast<float>(4286578688u);
+                float x1 = sk_bitcast<float>(4286578688u);
+                float x2 = sk_bitcast<float>(4286578688u);
+                float x3 = sk_bitcast<float>(4286578688u);
+                unsigned int x_at = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    sk_load_quad_as_3(x_at, x0, x1, x2, x3);
+                } else {
+                    sk_load_quad_as_2(c0, col_hi, base, x0, x1, x2, x3);
+                }
+                if (((flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                    x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u));
+                    x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u));
+                    x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u));
+                    x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u));
+                }
+                {
+                    sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
+                }
+                {
+                    sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
+                }
+                {
+                    sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
+                }
+                {
+                    sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
+                }
+            }
+        }
+        float win = (0.0f);
+        unsigned int tok = 0u;
+        sk_block_argmax_f32(best, best_i, win, tok);
+        unsigned int tops = 0u;
+        tops = sk_block_sum_u32(top_n);
+        if ((parts <= 1u)) {
+            // built by kernels::race::race_row
+            if ((tok == 4294967295u)) {
+                // built by kernels::race::whole_row_results
+                tok = 0u;
+            }
+            bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
+            if ((tops > 0u)) {
+                sk_whole_row_results(top, top_i, tok);
+            }
+            if ((threadIdx.x == 0u)) {
+                // built by kernels::abi::write_results
+                tokens[row] = (valid ? tok : 0u);
+                if (((flags & 2u) != 0u)) {
+                    status[row] = (valid ? 1u : 0u);
+                }
+            }
+            if (((flags & 1u) != 0u)) {
+                // built by kernels::abi::write_results
+                float row_max = (0.0f);
+                row_max = sk_block_max_f32(m);
+                float row_sum = (0.0f);
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
+                if ((threadIdx.x == 0u)) {
+                    const unsigned int sk_e83 = (base + tok);
+                    const unsigned int sk_e81 = (sk_e83 - base);
+                    const float sk_e82 = sk_load_x(sk_e83);
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e81 >> 5u))] >> (sk_e81 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e82) : sk_bitcast<float>(4286578688u)) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                }
+            }
+        } else {
+            // built by kernels::race::race_row
+            float top_win = (0.0f);
+            unsigned int top_tok = 0u;
+            sk_block_argmax_f32(top, top_i, top_win, top_tok);
+            float part_m = sk_bitcast<float>(4286578688u);
+            float part_s = (0.0f);
+            if (((flags & 1u) != 0u)) {
+                // built by kernels::race::write_part
+                float row_max = (0.0f);
+                row_max = sk_block_max_f32(m);
+                float row_sum = (0.0f);
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
+                part_m = row_max;
+                part_s = row_sum;
+            }
+            if ((threadIdx.x == 0u)) {
+                // built by kernels::race::write_part
+                partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
+                partials[((slot * 8u) + 1u)] = tok;
+                partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(top_win);
+                partials[((slot * 8u) + 4u)] = top_tok;
+                partials[((slot * 8u) + 5u)] = tops;
+                partials[((slot * 8u) + 6u)] = sk_bitcast<unsigned int>(part_m);
+                partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
+            }
+            if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::race::write_part
+                partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
+            }
+            __threadfence();
+            __syncthreads();
+            unsigned int arrived = 0u;
+            if ((threadIdx.x == 0u)) {
+                // built by last_part::merge_if_last
+                unsigned int before = 0u;
+                before = atomicAdd(&counters[row_slot], 1u);
+                arrived = (before + 1u);
+            }
+            unsigned int arrivals = 0u;
+            arrivals = sk_block_max_u32(arrived);
+            if ((arrivals == parts)) {
+                sk_merge_if_last_2(parts, row_slot, row);
+            }
+        }
     }
 }

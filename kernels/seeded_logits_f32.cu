@@ -38,7 +38,6 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_seeded_gumbel_screen.cuh"
 #include "functions/sk_for_each_column_then_12.cuh"
 #include "functions/sk_for_each_column_then_13.cuh"
-#include "functions/sk_load_quad_as_11.cuh"
 #include "functions/sk_write_seeded_part.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
@@ -94,33 +93,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 unsigned int x_at = (base + (col_lo + (threadIdx.x * 4u)));
                 const unsigned int sk_e1 = (col_lo + (threadIdx.x * 4u));
                 if (((sk_e1 < col_hi) && ((col_hi - sk_e1) >= 4u))) {
-                    sk_load_quad_as_11(x_at, base, row, x0, x1, x2, x3);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e2 = sk_load_x((size_t)(x_at) + 0u);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e2);
+                    const float sk_e3 = sk_load_x((size_t)(x_at) + 1u);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e3);
+                    const float sk_e4 = sk_load_x((size_t)(x_at) + 2u);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e4);
+                    const float sk_e5 = sk_load_x((size_t)(x_at) + 3u);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e5);
                 } else {
                     // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e18 = ((col_lo + (threadIdx.x * 4u)) + 0u);
-                    const bool sk_e17 = (sk_e18 < col_hi);
-                    const unsigned int sk_e16 = (base + (sk_e17 ? sk_e18 : (col_hi - 1u)));
-                    const unsigned int sk_e14 = (sk_e16 - base);
-                    const float sk_e15 = sk_load_x(sk_e16);
-                    x0 = (sk_e17 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e14 >> 5u))] >> (sk_e14 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e15) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e23 = ((col_lo + (threadIdx.x * 4u)) + 1u);
-                    const bool sk_e22 = (sk_e23 < col_hi);
-                    const unsigned int sk_e21 = (base + (sk_e22 ? sk_e23 : (col_hi - 1u)));
-                    const unsigned int sk_e19 = (sk_e21 - base);
-                    const float sk_e20 = sk_load_x(sk_e21);
-                    x1 = (sk_e22 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e19 >> 5u))] >> (sk_e19 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e20) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e28 = ((col_lo + (threadIdx.x * 4u)) + 2u);
-                    const bool sk_e27 = (sk_e28 < col_hi);
-                    const unsigned int sk_e26 = (base + (sk_e27 ? sk_e28 : (col_hi - 1u)));
-                    const unsigned int sk_e24 = (sk_e26 - base);
-                    const float sk_e25 = sk_load_x(sk_e26);
-                    x2 = (sk_e27 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e24 >> 5u))] >> (sk_e24 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e25) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e33 = ((col_lo + (threadIdx.x * 4u)) + 3u);
-                    const bool sk_e32 = (sk_e33 < col_hi);
-                    const unsigned int sk_e31 = (base + (sk_e32 ? sk_e33 : (col_hi - 1u)));
-                    const unsigned int sk_e29 = (sk_e31 - base);
-                    const float sk_e30 = sk_load_x(sk_e31);
-                    x3 = (sk_e32 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e29 >> 5u))] >> (sk_e29 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e30) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e8 = ((col_lo + (threadIdx.x * 4u)) + 0u);
+                    const bool sk_e7 = (sk_e8 < col_hi);
+                    const float sk_e6 = sk_load_x((base + (sk_e7 ? sk_e8 : (col_hi - 1u))));
+                    x0 = (sk_e7 ? (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e6) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e11 = ((col_lo + (threadIdx.x * 4u)) + 1u);
+                    const bool sk_e10 = (sk_e11 < col_hi);
+                    const float sk_e9 = sk_load_x((base + (sk_e10 ? sk_e11 : (col_hi - 1u))));
+                    x1 = (sk_e10 ? (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e9) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e14 = ((col_lo + (threadIdx.x * 4u)) + 2u);
+                    const bool sk_e13 = (sk_e14 < col_hi);
+                    const float sk_e12 = sk_load_x((base + (sk_e13 ? sk_e14 : (col_hi - 1u))));
+                    x2 = (sk_e13 ? (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e12) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e17 = ((col_lo + (threadIdx.x * 4u)) + 3u);
+                    const bool sk_e16 = (sk_e17 < col_hi);
+                    const float sk_e15 = sk_load_x((base + (sk_e16 ? sk_e17 : (col_hi - 1u))));
+                    x3 = (sk_e16 ? (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e15) : sk_bitcast<float>(4286578688u));
+                }
+                if (((flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    const unsigned int sk_e18 = (col_lo + (threadIdx.x * 4u));
+                    unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e18 >> 5u))] >> (sk_e18 & 31u));
+                    x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u));
+                    x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u));
+                    x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u));
+                    x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
@@ -158,33 +166,41 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_11(x_at, base, row, x0, x1, x2, x3);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e23 = sk_load_x((size_t)(x_at) + 0u);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e23);
+                    const float sk_e24 = sk_load_x((size_t)(x_at) + 1u);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e24);
+                    const float sk_e25 = sk_load_x((size_t)(x_at) + 2u);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e25);
+                    const float sk_e26 = sk_load_x((size_t)(x_at) + 3u);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e26);
                 } else {
                     // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e54 = (c0 + 0u);
-                    const bool sk_e53 = (sk_e54 < col_hi);
-                    const unsigned int sk_e52 = (base + (sk_e53 ? sk_e54 : (col_hi - 1u)));
-                    const unsigned int sk_e50 = (sk_e52 - base);
-                    const float sk_e51 = sk_load_x(sk_e52);
-                    x0 = (sk_e53 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e50 >> 5u))] >> (sk_e50 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e51) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e59 = (c0 + 1u);
-                    const bool sk_e58 = (sk_e59 < col_hi);
-                    const unsigned int sk_e57 = (base + (sk_e58 ? sk_e59 : (col_hi - 1u)));
-                    const unsigned int sk_e55 = (sk_e57 - base);
-                    const float sk_e56 = sk_load_x(sk_e57);
-                    x1 = (sk_e58 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e55 >> 5u))] >> (sk_e55 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e56) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e64 = (c0 + 2u);
-                    const bool sk_e63 = (sk_e64 < col_hi);
-                    const unsigned int sk_e62 = (base + (sk_e63 ? sk_e64 : (col_hi - 1u)));
-                    const unsigned int sk_e60 = (sk_e62 - base);
-                    const float sk_e61 = sk_load_x(sk_e62);
-                    x2 = (sk_e63 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e60 >> 5u))] >> (sk_e60 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e61) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e69 = (c0 + 3u);
-                    const bool sk_e68 = (sk_e69 < col_hi);
-                    const unsigned int sk_e67 = (base + (sk_e68 ? sk_e69 : (col_hi - 1u)));
-                    const unsigned int sk_e65 = (sk_e67 - base);
-                    const float sk_e66 = sk_load_x(sk_e67);
-                    x3 = (sk_e68 ? (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e65 >> 5u))] >> (sk_e65 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e66) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e29 = (c0 + 0u);
+                    const bool sk_e28 = (sk_e29 < col_hi);
+                    const float sk_e27 = sk_load_x((base + (sk_e28 ? sk_e29 : (col_hi - 1u))));
+                    x0 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e27) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e32 = (c0 + 1u);
+                    const bool sk_e31 = (sk_e32 < col_hi);
+                    const float sk_e30 = sk_load_x((base + (sk_e31 ? sk_e32 : (col_hi - 1u))));
+                    x1 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e30) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e35 = (c0 + 2u);
+                    const bool sk_e34 = (sk_e35 < col_hi);
+                    const float sk_e33 = sk_load_x((base + (sk_e34 ? sk_e35 : (col_hi - 1u))));
+                    x2 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e33) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e38 = (c0 + 3u);
+                    const bool sk_e37 = (sk_e38 < col_hi);
+                    const float sk_e36 = sk_load_x((base + (sk_e37 ? sk_e38 : (col_hi - 1u))));
+                    x3 = (sk_e37 ? (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e36) : sk_bitcast<float>(4286578688u));
+                }
+                if (((flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                    x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u));
+                    x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u));
+                    x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u));
+                    x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = (c0 + 0u);
@@ -226,8 +242,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
                 float screen_floor = (0.0f);
                 screen_floor = sk_block_max_f32(lo_best);
-                const bool sk_e74 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                bool screened = (sk_e74 && ((screen_floor - row_m) >= (sk_log((sk_e74 ? row_s : (1.0f))) - (41.0f))));
+                const bool sk_e43 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                bool screened = (sk_e43 && ((screen_floor - row_m) >= (sk_log((sk_e43 ? row_s : (1.0f))) - (41.0f))));
                 double best = sk_bitcast<double>(18442240474082181120ull);
                 unsigned int best_i = 4294967295u;
                 bool mine = ((!screened) || (up2 >= screen_floor));
@@ -254,17 +270,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        const unsigned int sk_e114 = (base + up1_i);
-                        const unsigned int sk_e112 = (sk_e114 - base);
-                        const float sk_e113 = sk_load_x(sk_e114);
-                        const float sk_e111 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e112 >> 5u))] >> (sk_e112 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e113) : sk_bitcast<float>(4286578688u)) / temp);
-                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m)))) * inv);
+                        const unsigned int sk_e83 = (base + up1_i);
+                        const unsigned int sk_e81 = (sk_e83 - base);
+                        const float sk_e82 = sk_load_x(sk_e83);
+                        const float sk_e80 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e81 >> 5u))] >> (sk_e81 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e82) : sk_bitcast<float>(4286578688u)) / temp);
+                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e80 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e80 - row_m)))) * inv);
                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e115 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e115 + 8u)], rows[(sk_e115 + 9u)], rows[(sk_e115 + 10u)], up1_i)));
+                            const unsigned int sk_e84 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], up1_i)));
                         }
                         best = s64;
                         best_i = up1_i;
@@ -289,11 +305,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 }
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
-                    const unsigned int sk_e119 = (base + tok);
-                    const unsigned int sk_e117 = (sk_e119 - base);
-                    const float sk_e118 = sk_load_x(sk_e119);
-                    const float sk_e116 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e117 >> 5u))] >> (sk_e117 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e118) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e118) : sk_bitcast<float>(4286578688u)) / temp);
-                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m)))) * inv);
+                    const unsigned int sk_e88 = (base + tok);
+                    const unsigned int sk_e86 = (sk_e88 - base);
+                    const float sk_e87 = sk_load_x(sk_e88);
+                    const float sk_e85 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e86 >> 5u))] >> (sk_e86 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e87) : sk_bitcast<float>(4286578688u)) / temp);
+                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e85 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e85 - row_m)))) * inv);
                     double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                     if ((threadIdx.x == 0u)) {
                         logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));

@@ -32,8 +32,8 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_seeded_gumbel32.cuh"
 #include "functions/sk_for_each_column_then_8.cuh"
 #include "functions/sk_for_each_column_then_9.cuh"
+#include "functions/sk_load_quad_as_6.cuh"
 #include "functions/sk_load_quad_as_7.cuh"
-#include "functions/sk_load_quad_as_8.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -56,9 +56,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_8(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_7(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_7(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_6(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
                 sk_for_each_column_then_9(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
@@ -102,9 +102,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_8(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_7(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_7(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_6(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
                 sk_for_each_column_then_8(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);

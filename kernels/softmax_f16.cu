@@ -46,7 +46,6 @@ __shared__ float sk_red_f32[33];
 #include "functions/sk_exp.cuh"
 #include "functions/sk_for_each_column_then.cuh"
 #include "functions/sk_load_quad_as.cuh"
-#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_for_each_column_then_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)) ? SK_FULL_BLOCKS : (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)))) softmax_f16(
@@ -102,9 +101,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, base, row, x0, x1, x2, x3);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e20 = sk_load_x((size_t)(x_at) + 0u);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e20);
+                    const float sk_e21 = sk_load_x((size_t)(x_at) + 1u);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e21);
+                    const float sk_e22 = sk_load_x((size_t)(x_at) + 2u);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e22);
+                    const float sk_e23 = sk_load_x((size_t)(x_at) + 3u);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e23);
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, row, x0, x1, x2, x3);
+                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
+                }
+                if (((flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                    x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u));
+                    x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u));
+                    x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u));
+                    x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u));
                 }
                 {
                     sk_for_each_column_then(c0, col_hi, x0, temp, 0u, m, s, comp);

@@ -98,7 +98,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_read_step_70.cuh"
 #include "functions/sk_select_in_range_5.cuh"
 #include "functions/sk_list_keys.cuh"
-#include "functions/sk_load_quad_as_16.cuh"
+#include "functions/sk_load_quad_as_14.cuh"
 #include "functions/sk_race_sweep_4.cuh"
 #include "functions/sk_race_one_4.cuh"
 #include "functions/sk_decide_3.cuh"

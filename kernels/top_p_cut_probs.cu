@@ -59,7 +59,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part_14.cuh"
 #include "functions/sk_cut_part_6.cuh"
 #include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_load_quad_as_16.cuh"
+#include "functions/sk_load_quad_as_14.cuh"
 #include "functions/sk_race_one_4.cuh"
 #include "functions/sk_cut_part_15.cuh"
 #include "functions/sk_read_step_77.cuh"

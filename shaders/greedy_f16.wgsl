@@ -75,48 +75,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    let sk_e2: u32 = (x_at + 0u);
-                    let sk_e0: u32 = (sk_e2 - base);
-                    let sk_e1: f32 = sk_load_x(sk_e2);
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e1, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e0 >> 5u))] >> (sk_e0 & 31u)) & 1u) != 0u)));
-                    let sk_e5: u32 = (x_at + 1u);
-                    let sk_e3: u32 = (sk_e5 - base);
-                    let sk_e4: f32 = sk_load_x(sk_e5);
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e4, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e3 >> 5u))] >> (sk_e3 & 31u)) & 1u) != 0u)));
-                    let sk_e8: u32 = (x_at + 2u);
-                    let sk_e6: u32 = (sk_e8 - base);
-                    let sk_e7: f32 = sk_load_x(sk_e8);
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e7, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e6 >> 5u))] >> (sk_e6 & 31u)) & 1u) != 0u)));
-                    let sk_e11: u32 = (x_at + 3u);
-                    let sk_e9: u32 = (sk_e11 - base);
-                    let sk_e10: f32 = sk_load_x(sk_e11);
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e10, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e9 >> 5u))] >> (sk_e9 & 31u)) & 1u) != 0u)));
+                    let sk_e0: f32 = sk_load_x((x_at + 0u));
+                    x0 = select(sk_e0, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    let sk_e1: f32 = sk_load_x((x_at + 1u));
+                    x1 = select(sk_e1, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    let sk_e2: f32 = sk_load_x((x_at + 2u));
+                    x2 = select(sk_e2, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    let sk_e3: f32 = sk_load_x((x_at + 3u));
+                    x3 = select(sk_e3, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                 } else {
                     // built by kernels::abi::load_quad_as
-                    let sk_e16: u32 = (c0 + 0u);
-                    let sk_e15: bool = (sk_e16 < col_hi);
-                    let sk_e14: u32 = (base + select((col_hi - 1u), sk_e16, sk_e15));
-                    let sk_e12: u32 = (sk_e14 - base);
-                    let sk_e13: f32 = sk_load_x(sk_e14);
-                    x0 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e13, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e12 >> 5u))] >> (sk_e12 & 31u)) & 1u) != 0u))), sk_e15);
-                    let sk_e21: u32 = (c0 + 1u);
-                    let sk_e20: bool = (sk_e21 < col_hi);
-                    let sk_e19: u32 = (base + select((col_hi - 1u), sk_e21, sk_e20));
-                    let sk_e17: u32 = (sk_e19 - base);
-                    let sk_e18: f32 = sk_load_x(sk_e19);
-                    x1 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e18, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e17 >> 5u))] >> (sk_e17 & 31u)) & 1u) != 0u))), sk_e20);
-                    let sk_e26: u32 = (c0 + 2u);
-                    let sk_e25: bool = (sk_e26 < col_hi);
-                    let sk_e24: u32 = (base + select((col_hi - 1u), sk_e26, sk_e25));
-                    let sk_e22: u32 = (sk_e24 - base);
-                    let sk_e23: f32 = sk_load_x(sk_e24);
-                    x2 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e23, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e22 >> 5u))] >> (sk_e22 & 31u)) & 1u) != 0u))), sk_e25);
-                    let sk_e31: u32 = (c0 + 3u);
-                    let sk_e30: bool = (sk_e31 < col_hi);
-                    let sk_e29: u32 = (base + select((col_hi - 1u), sk_e31, sk_e30));
-                    let sk_e27: u32 = (sk_e29 - base);
-                    let sk_e28: f32 = sk_load_x(sk_e29);
-                    x3 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e28, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e27 >> 5u))] >> (sk_e27 & 31u)) & 1u) != 0u))), sk_e30);
+                    let sk_e6: u32 = (c0 + 0u);
+                    let sk_e5: bool = (sk_e6 < col_hi);
+                    let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sk_e6, sk_e5)));
+                    x0 = select(bitcast<f32>(4286578688u), select(sk_e4, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
+                    let sk_e9: u32 = (c0 + 1u);
+                    let sk_e8: bool = (sk_e9 < col_hi);
+                    let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sk_e9, sk_e8)));
+                    x1 = select(bitcast<f32>(4286578688u), select(sk_e7, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)), sk_e8);
+                    let sk_e12: u32 = (c0 + 2u);
+                    let sk_e11: bool = (sk_e12 < col_hi);
+                    let sk_e10: f32 = sk_load_x((base + select((col_hi - 1u), sk_e12, sk_e11)));
+                    x2 = select(bitcast<f32>(4286578688u), select(sk_e10, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
+                    let sk_e15: u32 = (c0 + 3u);
+                    let sk_e14: bool = (sk_e15 < col_hi);
+                    let sk_e13: f32 = sk_load_x((base + select((col_hi - 1u), sk_e15, sk_e14)));
+                    x3 = select(bitcast<f32>(4286578688u), select(sk_e13, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
+                }
+                if (((params.flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                    x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                    x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                    x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                    x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
                 }
                 {
                     sk_for_each_column_then_3(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
@@ -160,10 +152,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var row_sum: f32 = (0.0f);
                     row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                     if ((sk_lid == 0u)) {
-                        let sk_e34: u32 = (base + tok);
-                        let sk_e32: u32 = (sk_e34 - base);
-                        let sk_e33: f32 = sk_load_x(sk_e34);
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(bitcast<f32>(4286578688u), select(sk_e33, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e32 >> 5u))] >> (sk_e32 & 31u)) & 1u) != 0u))) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        let sk_e18: u32 = (base + tok);
+                        let sk_e16: u32 = (sk_e18 - base);
+                        let sk_e17: f32 = sk_load_x(sk_e18);
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(bitcast<f32>(4286578688u), select(sk_e17, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e16 >> 5u))] >> (sk_e16 & 31u)) & 1u) != 0u))) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                     }
                 }
             } else {

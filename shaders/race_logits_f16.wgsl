@@ -54,9 +54,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
 // shaders/functions/sk_for_each_column_then_4.wgsl
-// shaders/functions/sk_load_quad_as_3.wgsl
-// shaders/functions/sk_load_quad_as_4.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_greedy_column.wgsl
+// shaders/functions/sk_load_quad_as_3.wgsl
 // shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_last_part_combines_2.wgsl
@@ -106,9 +106,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var x3: f32 = bitcast<f32>(4286578688u);
                     var x_at: u32 = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        sk_load_quad_as_4(x_at, base, row, &x0, &x1, &x2, &x3);
+                        sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
                     } else {
-                        sk_load_quad_as_3(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
+                        sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    }
+                    if (((params.flags & 16384u) != 0u)) {
+                        // built by kernels::abi::load_logit_quad
+                        var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                        x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                        x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                        x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                        x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
                     }
                     {
                         sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
@@ -153,10 +161,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var row_sum: f32 = (0.0f);
                     row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                     if ((sk_lid == 0u)) {
-                        let sk_e131: u32 = (base + tok);
-                        let sk_e129: u32 = (sk_e131 - base);
-                        let sk_e130: f32 = sk_load_x(sk_e131);
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(bitcast<f32>(4286578688u), select(sk_e130, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e129 >> 5u))] >> (sk_e129 & 31u)) & 1u) != 0u))) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        let sk_e83: u32 = (base + tok);
+                        let sk_e81: u32 = (sk_e83 - base);
+                        let sk_e82: f32 = sk_load_x(sk_e83);
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(bitcast<f32>(4286578688u), select(sk_e82, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e82) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e81 >> 5u))] >> (sk_e81 & 31u)) & 1u) != 0u))) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                     }
                 }
             } else {

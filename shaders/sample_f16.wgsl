@@ -54,15 +54,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
 // shaders/functions/sk_for_each_column_then_14.wgsl
-// shaders/functions/sk_load_quad_as_12.wgsl
-// shaders/functions/sk_load_quad_as_13.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_greedy_column.wgsl
 // shaders/functions/sk_sample_2.wgsl
+// shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_last_part_combines_4.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
-// shaders/functions/sk_sample_3.wgsl
+// shaders/functions/sk_screened_pass_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -83,7 +83,136 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 sk_sample_2(row, &skip);
             }
             if ((!skip)) {
-                sk_sample_3(sk_lid, row, col_lo, base, col_hi, parts, slot, row_slot);
+                // built by kernels::sampler::sample
+                var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+                var noisy: bool = (t_raw >= (1e-6f));
+                var temp: f32 = select((1.0f), t_raw, noisy);
+                var best: f32 = bitcast<f32>(4286578688u);
+                var best_i: u32 = 4294967295u;
+                var best_z: f32 = bitcast<f32>(4286578688u);
+                var top: f32 = bitcast<f32>(4286578688u);
+                var top_i: u32 = 4294967295u;
+                var top_n: u32 = 0u;
+                var m: f32 = bitcast<f32>(4286578688u);
+                var s: f32 = (0.0f);
+                var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
+                var rcp_t: f32 = ((1.0f) / temp);
+                var lo_best: f32 = bitcast<f32>(4286578688u);
+                var up1: f32 = bitcast<f32>(4286578688u);
+                var up1_i: u32 = 4294967295u;
+                var up2: f32 = bitcast<f32>(4286578688u);
+                if (noisy) {
+                    sk_screened_pass_2(sk_lid, row, col_lo, base, col_hi, rcp_t, temp, &m, &s, &lo_best, &w, &up1, &up2, &up1_i, &best, &best_i, &best_z, &top, &top_i, &top_n);
+                } else {
+                    // built by kernels::race::race_row
+                    for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::abi::for_each_column_then
+                        var x0: f32 = bitcast<f32>(4286578688u);
+                        var x1: f32 = bitcast<f32>(4286578688u);
+                        var x2: f32 = bitcast<f32>(4286578688u);
+                        var x3: f32 = bitcast<f32>(4286578688u);
+                        var x_at: u32 = (base + c0);
+                        if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                            sk_load_quad_as_11(x_at, &x0, &x1, &x2, &x3);
+                        } else {
+                            sk_load_quad_as_10(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                        }
+                        if (((params.flags & 16384u) != 0u)) {
+                            // built by kernels::abi::load_logit_quad
+                            var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                            x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                            x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                            x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                            x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
+                        }
+                        {
+                            sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                        }
+                        {
+                            sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                        }
+                        {
+                            sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                        }
+                        {
+                            sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                        }
+                    }
+                }
+                var win: f32 = (0.0f);
+                var tok: u32 = 0u;
+                sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
+                var tops: u32 = 0u;
+                tops = sk_block_sum_u32(sk_lid, top_n);
+                if ((parts <= 1u)) {
+                    // built by kernels::race::race_row
+                    if ((tok == 4294967295u)) {
+                        // built by kernels::race::whole_row_results
+                        tok = 0u;
+                    }
+                    var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
+                    if ((tops > 0u)) {
+                        sk_whole_row_results(sk_lid, top, top_i, &tok);
+                    }
+                    if ((sk_lid == 0u)) {
+                        // built by kernels::abi::write_results
+                        tokens[row] = select(0u, tok, valid);
+                        if (((params.flags & 2u) != 0u)) {
+                            status[row] = select(0u, 1u, valid);
+                        }
+                    }
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::abi::write_results
+                        var row_max: f32 = (0.0f);
+                        row_max = sk_block_max_f32(sk_lid, m);
+                        var row_sum: f32 = (0.0f);
+                        row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
+                        if ((sk_lid == 0u)) {
+                            let sk_e84: u32 = (base + tok);
+                            let sk_e82: u32 = (sk_e84 - base);
+                            let sk_e83: f32 = sk_load_x(sk_e84);
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(bitcast<f32>(4286578688u), select(sk_e83, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e82 >> 5u))] >> (sk_e82 & 31u)) & 1u) != 0u))) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        }
+                    }
+                } else {
+                    // built by kernels::race::race_row
+                    var top_win: f32 = (0.0f);
+                    var top_tok: u32 = 0u;
+                    sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
+                    var part_m: f32 = bitcast<f32>(4286578688u);
+                    var part_s: f32 = (0.0f);
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::race::write_part
+                        var row_max: f32 = (0.0f);
+                        row_max = sk_block_max_f32(sk_lid, m);
+                        var row_sum: f32 = (0.0f);
+                        row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
+                        part_m = row_max;
+                        part_s = row_sum;
+                    }
+                    if ((sk_lid == 0u)) {
+                        // built by kernels::race::write_part
+                        atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
+                        atomicStore(&partials[((slot * 8u) + 1u)], tok);
+                        atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(top_win));
+                        atomicStore(&partials[((slot * 8u) + 4u)], top_tok);
+                        atomicStore(&partials[((slot * 8u) + 5u)], tops);
+                        atomicStore(&partials[((slot * 8u) + 6u)], bitcast<u32>(part_m));
+                        atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
+                    }
+                    if (((best_i == tok) && (tok != 4294967295u))) {
+                        // built by kernels::race::write_part
+                        atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
+                    }
+                    if ((parts <= 1u)) {
+                        // built by last_part::merges_of_whole_rows
+                        storageBarrier();
+                        // built by kernels::combine::last_part_combines
+                        {
+                            sk_last_part_combines_4(sk_lid, parts, row_slot, row);
+                        }
+                    }
+                }
             }
         }
     } else {

@@ -47,7 +47,6 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_for_each_column_then_12.wgsl
 // shaders/functions/sk_seeded_logits_row.wgsl
 // shaders/functions/sk_seeded_logits.wgsl
-// shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_for_each_column_then_13.wgsl
 // shaders/functions/sk_seeded_logits_row_2.wgsl
 
@@ -90,33 +89,42 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var x_at: u32 = (base + (col_lo + (sk_lid * 4u)));
                     let sk_e1: u32 = (col_lo + (sk_lid * 4u));
                     if (((sk_e1 < col_hi) && ((col_hi - sk_e1) >= 4u))) {
-                        sk_load_quad_as_11(x_at, base, row, &x0, &x1, &x2, &x3);
+                        // built by kernels::abi::load_quad_as
+                        let sk_e2: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e2, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        let sk_e3: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e3, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        let sk_e4: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e4, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        let sk_e5: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e5, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::abi::load_quad_as
-                        let sk_e18: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
-                        let sk_e17: bool = (sk_e18 < col_hi);
-                        let sk_e16: u32 = (base + select((col_hi - 1u), sk_e18, sk_e17));
-                        let sk_e14: u32 = (sk_e16 - base);
-                        let sk_e15: f32 = sk_load_x(sk_e16);
-                        x0 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e15, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e14 >> 5u))] >> (sk_e14 & 31u)) & 1u) != 0u))), sk_e17);
-                        let sk_e23: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
-                        let sk_e22: bool = (sk_e23 < col_hi);
-                        let sk_e21: u32 = (base + select((col_hi - 1u), sk_e23, sk_e22));
-                        let sk_e19: u32 = (sk_e21 - base);
-                        let sk_e20: f32 = sk_load_x(sk_e21);
-                        x1 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e20, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e19 >> 5u))] >> (sk_e19 & 31u)) & 1u) != 0u))), sk_e22);
-                        let sk_e28: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
-                        let sk_e27: bool = (sk_e28 < col_hi);
-                        let sk_e26: u32 = (base + select((col_hi - 1u), sk_e28, sk_e27));
-                        let sk_e24: u32 = (sk_e26 - base);
-                        let sk_e25: f32 = sk_load_x(sk_e26);
-                        x2 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e25, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e24 >> 5u))] >> (sk_e24 & 31u)) & 1u) != 0u))), sk_e27);
-                        let sk_e33: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
-                        let sk_e32: bool = (sk_e33 < col_hi);
-                        let sk_e31: u32 = (base + select((col_hi - 1u), sk_e33, sk_e32));
-                        let sk_e29: u32 = (sk_e31 - base);
-                        let sk_e30: f32 = sk_load_x(sk_e31);
-                        x3 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e30, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e29 >> 5u))] >> (sk_e29 & 31u)) & 1u) != 0u))), sk_e32);
+                        let sk_e8: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                        let sk_e7: bool = (sk_e8 < col_hi);
+                        let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sk_e8, sk_e7)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e6, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)), sk_e7);
+                        let sk_e11: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                        let sk_e10: bool = (sk_e11 < col_hi);
+                        let sk_e9: f32 = sk_load_x((base + select((col_hi - 1u), sk_e11, sk_e10)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e9, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)), sk_e10);
+                        let sk_e14: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                        let sk_e13: bool = (sk_e14 < col_hi);
+                        let sk_e12: f32 = sk_load_x((base + select((col_hi - 1u), sk_e14, sk_e13)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e12, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)), sk_e13);
+                        let sk_e17: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                        let sk_e16: bool = (sk_e17 < col_hi);
+                        let sk_e15: f32 = sk_load_x((base + select((col_hi - 1u), sk_e17, sk_e16)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e15, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)), sk_e16);
+                    }
+                    if (((params.flags & 16384u) != 0u)) {
+                        // built by kernels::abi::load_logit_quad
+                        let sk_e18: u32 = (col_lo + (sk_lid * 4u));
+                        var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e18 >> 5u))] >> (sk_e18 & 31u));
+                        x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                        x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                        x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                        x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
                     }
                     {
                         var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
@@ -154,33 +162,41 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var x3: f32 = bitcast<f32>(4286578688u);
                     var x_at: u32 = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        sk_load_quad_as_11(x_at, base, row, &x0, &x1, &x2, &x3);
+                        // built by kernels::abi::load_quad_as
+                        let sk_e23: f32 = sk_load_x((x_at + 0u));
+                        x0 = select(sk_e23, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                        let sk_e24: f32 = sk_load_x((x_at + 1u));
+                        x1 = select(sk_e24, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                        let sk_e25: f32 = sk_load_x((x_at + 2u));
+                        x2 = select(sk_e25, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                        let sk_e26: f32 = sk_load_x((x_at + 3u));
+                        x3 = select(sk_e26, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                     } else {
                         // built by kernels::abi::load_quad_as
-                        let sk_e54: u32 = (c0 + 0u);
-                        let sk_e53: bool = (sk_e54 < col_hi);
-                        let sk_e52: u32 = (base + select((col_hi - 1u), sk_e54, sk_e53));
-                        let sk_e50: u32 = (sk_e52 - base);
-                        let sk_e51: f32 = sk_load_x(sk_e52);
-                        x0 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e51, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e50 >> 5u))] >> (sk_e50 & 31u)) & 1u) != 0u))), sk_e53);
-                        let sk_e59: u32 = (c0 + 1u);
-                        let sk_e58: bool = (sk_e59 < col_hi);
-                        let sk_e57: u32 = (base + select((col_hi - 1u), sk_e59, sk_e58));
-                        let sk_e55: u32 = (sk_e57 - base);
-                        let sk_e56: f32 = sk_load_x(sk_e57);
-                        x1 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e56, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e55 >> 5u))] >> (sk_e55 & 31u)) & 1u) != 0u))), sk_e58);
-                        let sk_e64: u32 = (c0 + 2u);
-                        let sk_e63: bool = (sk_e64 < col_hi);
-                        let sk_e62: u32 = (base + select((col_hi - 1u), sk_e64, sk_e63));
-                        let sk_e60: u32 = (sk_e62 - base);
-                        let sk_e61: f32 = sk_load_x(sk_e62);
-                        x2 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e61, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e60 >> 5u))] >> (sk_e60 & 31u)) & 1u) != 0u))), sk_e63);
-                        let sk_e69: u32 = (c0 + 3u);
-                        let sk_e68: bool = (sk_e69 < col_hi);
-                        let sk_e67: u32 = (base + select((col_hi - 1u), sk_e69, sk_e68));
-                        let sk_e65: u32 = (sk_e67 - base);
-                        let sk_e66: f32 = sk_load_x(sk_e67);
-                        x3 = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), select(sk_e66, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e65 >> 5u))] >> (sk_e65 & 31u)) & 1u) != 0u))), sk_e68);
+                        let sk_e29: u32 = (c0 + 0u);
+                        let sk_e28: bool = (sk_e29 < col_hi);
+                        let sk_e27: f32 = sk_load_x((base + select((col_hi - 1u), sk_e29, sk_e28)));
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e27, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
+                        let sk_e32: u32 = (c0 + 1u);
+                        let sk_e31: bool = (sk_e32 < col_hi);
+                        let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sk_e32, sk_e31)));
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e30, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
+                        let sk_e35: u32 = (c0 + 2u);
+                        let sk_e34: bool = (sk_e35 < col_hi);
+                        let sk_e33: f32 = sk_load_x((base + select((col_hi - 1u), sk_e35, sk_e34)));
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e33, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
+                        let sk_e38: u32 = (c0 + 3u);
+                        let sk_e37: bool = (sk_e38 < col_hi);
+                        let sk_e36: f32 = sk_load_x((base + select((col_hi - 1u), sk_e38, sk_e37)));
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e36, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)), sk_e37);
+                    }
+                    if (((params.flags & 16384u) != 0u)) {
+                        // built by kernels::abi::load_logit_quad
+                        var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                        x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                        x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                        x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                        x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
                     }
                     {
                         var col: u32 = (c0 + 0u);

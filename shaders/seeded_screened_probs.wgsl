@@ -36,8 +36,8 @@ fn sk_load_lp(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel32.wgsl
 // shaders/functions/sk_for_each_column_then_10.wgsl
 // shaders/functions/sk_for_each_column_then_11.wgsl
+// shaders/functions/sk_load_quad_as_8.wgsl
 // shaders/functions/sk_load_quad_as_9.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -60,9 +60,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_10(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_9(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_9(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_8(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
                 sk_for_each_column_then_11(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
@@ -107,9 +107,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_10(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_9(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_9(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_8(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
                 sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);

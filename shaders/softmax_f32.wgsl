@@ -30,7 +30,6 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_for_each_column_then.wgsl
 // shaders/functions/sk_load_quad_as.wgsl
-// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_for_each_column_then_2.wgsl
 
 @compute @workgroup_size(256)
@@ -86,9 +85,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, base, row, &x0, &x1, &x2, &x3);
+                    // built by kernels::abi::load_quad_as
+                    let sk_e20: f32 = sk_load_x((x_at + 0u));
+                    x0 = select(sk_e20, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                    let sk_e21: f32 = sk_load_x((x_at + 1u));
+                    x1 = select(sk_e21, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                    let sk_e22: f32 = sk_load_x((x_at + 2u));
+                    x2 = select(sk_e22, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                    let sk_e23: f32 = sk_load_x((x_at + 3u));
+                    x3 = select(sk_e23, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                }
+                if (((params.flags & 16384u) != 0u)) {
+                    // built by kernels::abi::load_logit_quad
+                    var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+                    x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+                    x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+                    x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+                    x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
                 }
                 {
                     sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &m, &s, &comp);

@@ -84,10 +84,11 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_14.wgsl
-// shaders/functions/sk_load_quad_as_15.wgsl
+// shaders/functions/sk_load_quad_as_12.wgsl
 // shaders/functions/sk_race_one.wgsl
 // shaders/functions/sk_merge_kernel.wgsl
+// shaders/functions/sk_load_quad_as_13.wgsl
+// shaders/functions/sk_load_logit_quad.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_read_step_47.wgsl
@@ -229,18 +230,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var order: u32 = rows[((row * 12u) + 5u)];
             var mp_first: bool = (((order == 2u) && (mp > (0.0f))) && (pp < (1.0f)));
             var k_first: bool = (((((order == 1u) || (order == 2u)) && (kk < params.vocab)) || mp_first) && (pp < (1.0f)));
-            let sk_e1091: u32 = (row * 12u);
-            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e1091 + 1u)] == 1u) && (rows[(sk_e1091 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
+            let sk_e1031: u32 = (row * 12u);
+            var filtered: bool = (noisy && ((searched || (mp > (0.0f))) || ((((rows[(sk_e1031 + 1u)] == 1u) && (rows[(sk_e1031 + 6u)] == 1u)) && (k_raw != 0u)) && (k_raw != 4294967295u))));
             if (((!((params.flags & 8u) != 0u)) || filtered)) {
                 var one_read_done: bool = false;
                 var has_k: bool = (kk < params.vocab);
                 var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
                 var kc: u32 = select(kk, 256u, capped);
-                let sk_e1092: u32 = (row * 12u);
-                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1092 + 1u)] == 1u) && (rows[(sk_e1092 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1092 + 7u)] != 2u));
+                let sk_e1032: u32 = (row * 12u);
+                var one_read: bool = (((((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e1032 + 1u)] == 1u) && (rows[(sk_e1032 + 6u)] == 1u))))) && (!mp_first)) && (rows[(sk_e1032 + 7u)] != 2u));
                 var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-                let sk_e1093: u32 = (row * 12u);
-                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1093 + 1u)] == 1u) && (rows[(sk_e1093 + 6u)] == 1u))));
+                let sk_e1033: u32 = (row * 12u);
+                var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1033 + 1u)] == 1u) && (rows[(sk_e1033 + 6u)] == 1u))));
                 var reads_before: u32 = select(0u, 1u, one_read);
                 var merges: bool = false;
                 if ((cut_here && (top_p_cut || min_p_cut))) {

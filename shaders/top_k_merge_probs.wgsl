@@ -79,7 +79,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_5.wgsl
 // shaders/functions/sk_cut_part_6.wgsl
 // shaders/functions/sk_cut_part_7.wgsl
-// shaders/functions/sk_load_quad_as_16.wgsl
+// shaders/functions/sk_load_quad_as_14.wgsl
 // shaders/functions/sk_race_one_4.wgsl
 // shaders/functions/sk_merge_kernel.wgsl
 // shaders/functions/sk_select_step.wgsl

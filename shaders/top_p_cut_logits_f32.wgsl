@@ -62,9 +62,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part_12.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_load_quad_as_14.wgsl
-// shaders/functions/sk_load_quad_as_15.wgsl
+// shaders/functions/sk_load_quad_as_12.wgsl
 // shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_load_quad_as_13.wgsl
+// shaders/functions/sk_load_logit_quad.wgsl
 // shaders/functions/sk_read_step_62.wgsl
 // shaders/functions/sk_read_step_56.wgsl
 // shaders/functions/sk_read_step_64.wgsl

@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e414 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e414 ? tn64 : (((lim - sel_m) / (sk_e414 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e354 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e354 ? tn64 : (((lim - sel_m) / (sk_e354 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
@@ -18,8 +18,8 @@
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e415 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e415 ? tn64 : (((lim - sel_m) / (sk_e415 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e355 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e355 ? tn64 : (((lim - sel_m) / (sk_e355 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
         sel_m = t_sel_m; \
         lim = t_lim; \
@@ -48,8 +48,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e416 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e416 > best) || ((sk_e416 == best) && (w_i < best_i)))) { \
+                    const float sk_e356 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e356 > best) || ((sk_e356 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower_and */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -58,12 +58,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e418 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e417 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e418 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e418 + 0u)])))); \
-                    if (((sk_e417 > best64) || ((sk_e417 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e358 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e357 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e358 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e358 + 0u)])))); \
+                    if (((sk_e357 > best64) || ((sk_e357 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower_and */ \
-                        const unsigned int sk_e419 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e419 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e419 + 0u)])))); \
+                        const unsigned int sk_e359 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e359 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e359 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -94,14 +94,14 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const unsigned int sk_e422 = (base + col); \
-            const unsigned int sk_e420 = (sk_e422 - base); \
-            const float sk_e421 = sk_load_x(sk_e422); \
-            float tz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e420 >> 5u))] >> (sk_e420 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e421) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e421) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e362 = (base + col); \
+            const unsigned int sk_e360 = (sk_e362 - base); \
+            const float sk_e361 = sk_load_x(sk_e362); \
+            float tz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e360 >> 5u))] >> (sk_e360 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e361) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e361) : sk_bitcast<float>(4286578688u)); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            const unsigned int sk_e423 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
-            if ((((sk_e423 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e423) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const unsigned int sk_e363 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e363 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e363) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 t_mine = (t_mine + 1u); \
             } \
         } \
@@ -109,14 +109,14 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const unsigned int sk_e426 = (base + col); \
-            const unsigned int sk_e424 = (sk_e426 - base); \
-            const float sk_e425 = sk_load_x(sk_e426); \
-            float tz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e424 >> 5u))] >> (sk_e424 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e425) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e425) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e366 = (base + col); \
+            const unsigned int sk_e364 = (sk_e366 - base); \
+            const float sk_e365 = sk_load_x(sk_e366); \
+            float tz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e364 >> 5u))] >> (sk_e364 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e365) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e365) : sk_bitcast<float>(4286578688u)); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
-            const unsigned int sk_e427 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
-            if ((((sk_e427 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e427) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
+            const unsigned int sk_e367 = ((sk_bitcast<unsigned int>(tov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(tov)); \
+            if ((((sk_e367 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e367) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
                         sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i); \

@@ -15,8 +15,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e391 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e391 ? tn64 : (((lim - sel_m) / (sk_e391 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e331 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e331 ? tn64 : (((lim - sel_m) / (sk_e331 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -29,12 +29,12 @@
         unsigned int ri_key = 0u; \
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
             /* built by kernels::filter_top_p::select_in_range */ \
-            const unsigned int sk_e392 = (ti / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e392) * 1317u) + (5u + ((ti - (sk_e392 * 640u)) * 2u)))]); \
+            const unsigned int sk_e332 = (ti / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e332) * 1317u) + (5u + ((ti - (sk_e332 * 640u)) * 2u)))]); \
         } \
         unsigned int tk_key = ri_key; \
-        const unsigned int sk_e393 = (ti / 640u); \
-        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e393) * 1317u) + (6u + ((ti - (sk_e393 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+        const unsigned int sk_e333 = (ti / 640u); \
+        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e333) * 1317u) + (6u + ((ti - (sk_e333 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
         if ((tk != 0u)) { \
             unsigned int t_in = (t_top - tk); \
             unsigned int t_d = t_in; \
@@ -68,12 +68,12 @@
                     unsigned int ri_key = 0u; \
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                         /* built by kernels::filter_top_p::select_in_range */ \
-                        const unsigned int sk_e394 = (ti / 640u); \
-                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e394) * 1317u) + (5u + ((ti - (sk_e394 * 640u)) * 2u)))]); \
+                        const unsigned int sk_e334 = (ti / 640u); \
+                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e334) * 1317u) + (5u + ((ti - (sk_e334 * 640u)) * 2u)))]); \
                     } \
                     unsigned int tk_key = ri_key; \
-                    const unsigned int sk_e395 = (ti / 640u); \
-                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e395) * 1317u) + (6u + ((ti - (sk_e395 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+                    const unsigned int sk_e335 = (ti / 640u); \
+                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e335) * 1317u) + (6u + ((ti - (sk_e335 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
                         sk_within(t_top, t_span_from, tk, t_span); \
                     } \
@@ -85,8 +85,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e396 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e396 < 464u) ? (select_scratch[min(sk_e396, 463u)]) : 0u)); \
+                const unsigned int sk_e336 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e336 < 464u) ? (select_scratch[min(sk_e336, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -119,12 +119,12 @@
             unsigned int ri_key = 0u; \
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e398 = (ti / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e398) * 1317u) + (5u + ((ti - (sk_e398 * 640u)) * 2u)))]); \
+                const unsigned int sk_e338 = (ti / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e338) * 1317u) + (5u + ((ti - (sk_e338 * 640u)) * 2u)))]); \
             } \
             unsigned int tk_key = ri_key; \
-            const unsigned int sk_e399 = (ti / 640u); \
-            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e399) * 1317u) + (6u + ((ti - (sk_e399 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+            const unsigned int sk_e339 = (ti / 640u); \
+            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e339) * 1317u) + (6u + ((ti - (sk_e339 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
             if ((tk != 0u)) { \
                 sk_within_2(t_top, t_list_lo, tk, t_list_width); \
             } \
@@ -154,12 +154,12 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e400 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e400) * 1317u) + (5u + ((i - (sk_e400 * 640u)) * 2u)))]); \
+            const unsigned int sk_e340 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e340) * 1317u) + (5u + ((i - (sk_e340 * 640u)) * 2u)))]); \
         } \
         unsigned int rk = ri_key; \
-        const unsigned int sk_e401 = (i / 640u); \
-        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e401) * 1317u) + (6u + ((i - (sk_e401 * 640u)) * 2u)))]); \
+        const unsigned int sk_e341 = (i / 640u); \
+        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e341) * 1317u) + (6u + ((i - (sk_e341 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) { \
             sk_select_in_range_2(base, rcol, row, temp, cut_seeded, rov, noisy, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
@@ -175,14 +175,14 @@
         sk_block_argmax_f64(best64, best64_i, sk_win64, sk_tok64); \
         unsigned int sk_tok = (cut_seeded ? sk_tok64 : sk_tok32); \
         bool sk_valid = (sk_tok < vocab); \
-        const unsigned int sk_e409 = (base + (sk_valid ? sk_tok : 0u)); \
-        const unsigned int sk_e407 = (sk_e409 - base); \
-        const float sk_e408 = sk_load_x(sk_e409); \
-        float sk_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e407 >> 5u))] >> (sk_e407 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e408) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e408) : sk_bitcast<float>(4286578688u)); \
+        const unsigned int sk_e349 = (base + (sk_valid ? sk_tok : 0u)); \
+        const unsigned int sk_e347 = (sk_e349 - base); \
+        const float sk_e348 = sk_load_x(sk_e349); \
+        float sk_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e347 >> 5u))] >> (sk_e347 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e348) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e348) : sk_bitcast<float>(4286578688u)); \
         float sk_z = (sk_z_x / temp); \
-        const unsigned int sk_e411 = sk_bitcast<unsigned int>((sk_z - cut_mx)); \
-        const unsigned int sk_e410 = ((sk_e411 == 2147483648u) ? 0u : sk_e411); \
-        unsigned int sk_key = (sk_e410 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e410) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e351 = sk_bitcast<unsigned int>((sk_z - cut_mx)); \
+        const unsigned int sk_e350 = ((sk_e351 == 2147483648u) ? 0u : sk_e351); \
+        unsigned int sk_key = (sk_e350 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e350) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \
@@ -190,12 +190,12 @@
             unsigned int ri_key = 0u; \
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e412 = (i / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e412) * 1317u) + (5u + ((i - (sk_e412 * 640u)) * 2u)))]); \
+                const unsigned int sk_e352 = (i / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e352) * 1317u) + (5u + ((i - (sk_e352 * 640u)) * 2u)))]); \
             } \
             unsigned int sk_k = ri_key; \
-            const unsigned int sk_e413 = (i / 640u); \
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e413) * 1317u) + (6u + ((i - (sk_e413 * 640u)) * 2u)))]) < sk_tok))))) { \
+            const unsigned int sk_e353 = (i / 640u); \
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e353) * 1317u) + (6u + ((i - (sk_e353 * 640u)) * 2u)))]) < sk_tok))))) { \
                 sk_ahead = (sk_ahead + sk_fixed(sk_exp_nonpositive(sk_bitcast<float>((sk_k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u)))))); \
             } \
         } \

@@ -32,8 +32,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e376 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e376 ? tn64 : (((lim - sel_m) / (sk_e376 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e316 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e316 ? tn64 : (((lim - sel_m) / (sk_e316 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -86,8 +86,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e377 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e377 < 464u) ? (select_scratch[min(sk_e377, 463u)]) : 0u)); \
+                const unsigned int sk_e317 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e317 < 464u) ? (select_scratch[min(sk_e317, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -161,14 +161,14 @@
         sk_block_argmax_f64(best64, best64_i, sk_win64, sk_tok64); \
         unsigned int sk_tok = (cut_seeded ? sk_tok64 : sk_tok32); \
         bool sk_valid = (sk_tok < vocab); \
-        const unsigned int sk_e386 = (base + (sk_valid ? sk_tok : 0u)); \
-        const unsigned int sk_e384 = (sk_e386 - base); \
-        const float sk_e385 = sk_load_x(sk_e386); \
-        float sk_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e384 >> 5u))] >> (sk_e384 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e385) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e385) : sk_bitcast<float>(4286578688u)); \
+        const unsigned int sk_e326 = (base + (sk_valid ? sk_tok : 0u)); \
+        const unsigned int sk_e324 = (sk_e326 - base); \
+        const float sk_e325 = sk_load_x(sk_e326); \
+        float sk_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e324 >> 5u))] >> (sk_e324 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e325) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e325) : sk_bitcast<float>(4286578688u)); \
         float sk_z = (sk_z_x / temp); \
-        const unsigned int sk_e388 = sk_bitcast<unsigned int>((sk_z - cut_mx)); \
-        const unsigned int sk_e387 = ((sk_e388 == 2147483648u) ? 0u : sk_e388); \
-        unsigned int sk_key = (sk_e387 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e387) >> 31u)) | 2147483648u)); \
+        const unsigned int sk_e328 = sk_bitcast<unsigned int>((sk_z - cut_mx)); \
+        const unsigned int sk_e327 = ((sk_e328 == 2147483648u) ? 0u : sk_e328); \
+        unsigned int sk_key = (sk_e327 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e327) >> 31u)) | 2147483648u)); \
         unsigned long long sk_ahead = 0ull; \
         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_top_p::winner_surely_kept */ \

@@ -3,8 +3,8 @@
 // `sk_choose_bin`, included by each kernel that calls it
 #define sk_choose_bin(t_lo, tj, t_want, t_above, t_run, t_my_bin, t_my_above, t_my_at) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e378 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e378 < 464u) ? (select_scratch[min(sk_e378, 463u)]) : 0u); \
+    const unsigned int sk_e318 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e318 < 464u) ? (select_scratch[min(sk_e318, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         t_my_bin = ((t_lo + tj) + 1u); \
         t_my_above = (t_run - t_above); \

@@ -80,21 +80,21 @@
         unsigned long long part_m_range = 0ull; \
         part_m_range = sk_block_sum_u64(m_range); \
         float part_w_below = (0.0f); \
-        const float sk_e208 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
-        const float sk_e207 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e208))) + fabsf((cut_above_from * sk_e208))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
-        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e207 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e207)))); \
+        const float sk_e148 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+        const float sk_e147 = fminf((((max_below_x / temp) - part_mx) + ((((fabsf(part_mx) + fabsf((cut_range_from * sk_e148))) + fabsf((cut_above_from * sk_e148))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+        part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e147 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e147)))); \
         unsigned int part_min_above_not = 0u; \
-        const unsigned int sk_e209 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
-        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e209 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e149 = ((sk_bitcast<unsigned int>(min_above) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_above)); \
+        part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e149 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e149) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_min_range_not = 0u; \
-        const unsigned int sk_e210 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
-        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e210 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e210) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
+        const unsigned int sk_e150 = ((sk_bitcast<unsigned int>(min_range) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(min_range)); \
+        part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_e150 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e150) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
         unsigned int part_max_range = 0u; \
-        const unsigned int sk_e211 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
-        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e211 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e211) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e151 = ((sk_bitcast<unsigned int>(max_range_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_range_v)); \
+        part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e151 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e151) >> 31u)) | 2147483648u)))); \
         unsigned int part_max_below = 0u; \
-        const unsigned int sk_e212 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
-        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e212 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e212) >> 31u)) | 2147483648u)))); \
+        const unsigned int sk_e152 = ((sk_bitcast<unsigned int>(max_below_v) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(max_below_v)); \
+        part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_e152 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e152) >> 31u)) | 2147483648u)))); \
         bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
         float part_best = (0.0f); \
         unsigned int part_best_i = 0u; \
@@ -134,10 +134,10 @@
                 /* built by kernels::filter_top_p::race_tied_range */ \
                 for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
                     unsigned int rt_col = (*(volatile unsigned int*)&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]); \
-                    const unsigned int sk_e215 = (base + rt_col); \
-                    const unsigned int sk_e213 = (sk_e215 - base); \
-                    const float sk_e214 = sk_load_x(sk_e215); \
-                    float rt_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e213 >> 5u))] >> (sk_e213 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e214) : sk_bitcast<float>(4286578688u)); \
+                    const unsigned int sk_e155 = (base + rt_col); \
+                    const unsigned int sk_e153 = (sk_e155 - base); \
+                    const float sk_e154 = sk_load_x(sk_e155); \
+                    float rt_z_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e153 >> 5u))] >> (sk_e153 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e154) : sk_bitcast<float>(4286578688u)); \
                     float rt_z = (rt_z_x / temp); \
                     float rt_ov = (rt_z - part_mx); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \

@@ -26,7 +26,7 @@
             zx2 = sk_load_x((size_t)(zx_at) + 2u); \
             zx3 = sk_load_x((size_t)(zx_at) + 3u); \
         } else { \
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_14(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \
@@ -117,7 +117,7 @@
             zx2 = sk_load_x((size_t)(zx_at) + 2u); \
             zx3 = sk_load_x((size_t)(zx_at) + 3u); \
         } else { \
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_14(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \
@@ -207,7 +207,7 @@
                 zx2 = sk_load_x((size_t)(zx_at) + 2u); \
                 zx3 = sk_load_x((size_t)(zx_at) + 3u); \
             } else { \
-                sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+                sk_load_quad_as_14(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
             } \
             unsigned int li0 = (i0 + 0u); \
             { \
@@ -253,7 +253,7 @@
                 zx2 = sk_load_x((size_t)(zx_at) + 2u); \
                 zx3 = sk_load_x((size_t)(zx_at) + 3u); \
             } else { \
-                sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+                sk_load_quad_as_14(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
             } \
             unsigned int li0 = (i0 + 0u); \
             { \

@@ -28,8 +28,8 @@
                     unsigned int cut_at = 0u; \
                     cut_at = atomicAdd(&cut_listing[0u], 1u); \
                     if ((cut_at < 640u)) { \
-                        const unsigned int sk_e76 = ((sk_bitcast<unsigned int>(cov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(cov)); \
-                        partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_e76 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e76) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e61 = ((sk_bitcast<unsigned int>(cov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(cov)); \
+                        partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_e61 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e61) >> 31u)) | 2147483648u)); \
                         partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                     } \
                 } else { \

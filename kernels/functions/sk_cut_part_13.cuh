@@ -18,9 +18,12 @@
         unsigned int zx_at = (base + (col_lo + i0)); \
         const unsigned int sk_e43 = (col_lo + i0); \
         if (((sk_e43 < col_hi) && ((col_hi - sk_e43) >= 4u))) { \
-            sk_load_quad_as_15(zx_at, base, row, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_13(zx_at, zx0, zx1, zx2, zx3); \
         } else { \
-            sk_load_quad_as_14(col_lo, i0, col_hi, base, row, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_12(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+        } \
+        if (((flags & 16384u) != 0u)) { \
+            sk_load_logit_quad(col_lo, i0, row, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \
@@ -60,9 +63,9 @@
             /* built by kernels::filter_top_p::cut_part */ \
             cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
             if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp)))) { \
-                const float sk_e80 = sk_uniform((cw4).x); \
-                const float sk_e81 = (zx0 * cut_rcp_t); \
-                cut_lo0 = ((sk_e81 - (fabsf(sk_e81) * (9.536743e-7f))) + ((((((((float)sk_bitcast<unsigned int>(sk_e80)) * (1.1920929e-7f)) - (127.0f)) - ((((float)sk_bitcast<unsigned int>(((1.0f) - sk_e80))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f))); \
+                const float sk_e65 = sk_uniform((cw4).x); \
+                const float sk_e66 = (zx0 * cut_rcp_t); \
+                cut_lo0 = ((sk_e66 - (fabsf(sk_e66) * (9.536743e-7f))) + ((((((((float)sk_bitcast<unsigned int>(sk_e65)) * (1.1920929e-7f)) - (127.0f)) - ((((float)sk_bitcast<unsigned int>(((1.0f) - sk_e65))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f))); \
             } \
         } \
         float cut_first = (0.0f); \
@@ -70,8 +73,8 @@
         lo_best = cut_first; \
         if ((cut_race != 0u)) { \
             /* built by kernels::filter_top_p::cut_part */ \
-            const float sk_e82 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
-            bool cut_quad = ((((sk_e82 + (fabsf(sk_e82) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e82 >= (1.7014118e38f))); \
+            const float sk_e67 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
+            bool cut_quad = ((((sk_e67 + (fabsf(sk_e67) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e67 >= (1.7014118e38f))); \
             if (cut_quad) { \
                 unsigned int cut_w0 = (cw4).x; \
                 { \
@@ -102,11 +105,14 @@
         float zx2 = sk_bitcast<float>(4286578688u); \
         float zx3 = sk_bitcast<float>(4286578688u); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e87 = (col_lo + i0); \
-        if (((sk_e87 < col_hi) && ((col_hi - sk_e87) >= 4u))) { \
-            sk_load_quad_as_15(zx_at, base, row, zx0, zx1, zx2, zx3); \
+        const unsigned int sk_e72 = (col_lo + i0); \
+        if (((sk_e72 < col_hi) && ((col_hi - sk_e72) >= 4u))) { \
+            sk_load_quad_as_13(zx_at, zx0, zx1, zx2, zx3); \
         } else { \
-            sk_load_quad_as_14(col_lo, i0, col_hi, base, row, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_12(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+        } \
+        if (((flags & 16384u) != 0u)) { \
+            sk_load_logit_quad(col_lo, i0, row, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \
@@ -143,8 +149,8 @@
         if ((cut_race != 0u)) { \
             /* built by kernels::filter_top_p::cut_part */ \
             uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-            const float sk_e124 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
-            bool cut_quad = ((((sk_e124 + (fabsf(sk_e124) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e124 >= (1.7014118e38f))); \
+            const float sk_e94 = (fmaxf(fmaxf(fmaxf((((cut_race & 1u) != 0u) ? zx0 : sk_bitcast<float>(4286578688u)), (((cut_race & 2u) != 0u) ? zx1 : sk_bitcast<float>(4286578688u))), (((cut_race & 4u) != 0u) ? zx2 : sk_bitcast<float>(4286578688u))), (((cut_race & 8u) != 0u) ? zx3 : sk_bitcast<float>(4286578688u))) * cut_rcp_t); \
+            bool cut_quad = ((((sk_e94 + (fabsf(sk_e94) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((cw4).x, (cw4).y), max((cw4).z, (cw4).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e94 >= (1.7014118e38f))); \
             if (cut_quad) { \
                 unsigned int cut_w0 = (cw4).x; \
                 { \
@@ -168,14 +174,14 @@
     float cut_screen_floor = (0.0f); \
     cut_screen_floor = sk_block_max_f32(lo_best); \
     if (((up1_i != 4294967295u) && (up1 >= cut_screen_floor))) { \
-        const unsigned int sk_e131 = (base + up1_i); \
-        const unsigned int sk_e129 = (sk_e131 - base); \
-        const float sk_e130 = sk_load_x(sk_e131); \
-        float cut_win_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e129 >> 5u))] >> (sk_e129 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e130) : sk_bitcast<float>(4286578688u)); \
+        const unsigned int sk_e101 = (base + up1_i); \
+        const unsigned int sk_e99 = (sk_e101 - base); \
+        const float sk_e100 = sk_load_x(sk_e101); \
+        float cut_win_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e99 >> 5u))] >> (sk_e99 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e100) : sk_bitcast<float>(4286578688u)); \
         float cut_win = (cut_win_x / temp); \
         uint4 w4 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e132 = (up1_i & 3u); \
-        float score = (cut_win + sk_gumbel(((sk_e132 == 3u) ? ((w4).w) : ((sk_e132 == 2u) ? ((w4).z) : ((sk_e132 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e102 = (up1_i & 3u); \
+        float score = (cut_win + sk_gumbel(((sk_e102 == 3u) ? ((w4).w) : ((sk_e102 == 2u) ? ((w4).z) : ((sk_e102 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (up1_i < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower_and */ \
             best = score; \
@@ -191,11 +197,14 @@
             float zx2 = sk_bitcast<float>(4286578688u); \
             float zx3 = sk_bitcast<float>(4286578688u); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e133 = (col_lo + i0); \
-            if (((sk_e133 < col_hi) && ((col_hi - sk_e133) >= 4u))) { \
-                sk_load_quad_as_15(zx_at, base, row, zx0, zx1, zx2, zx3); \
+            const unsigned int sk_e103 = (col_lo + i0); \
+            if (((sk_e103 < col_hi) && ((col_hi - sk_e103) >= 4u))) { \
+                sk_load_quad_as_13(zx_at, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_load_quad_as_14(col_lo, i0, col_hi, base, row, zx0, zx1, zx2, zx3); \
+                sk_load_quad_as_12(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            } \
+            if (((flags & 16384u) != 0u)) { \
+                sk_load_logit_quad(col_lo, i0, row, zx0, zx1, zx2, zx3); \
             } \
             unsigned int li0 = (i0 + 0u); \
             { \
@@ -233,11 +242,14 @@
             float zx2 = sk_bitcast<float>(4286578688u); \
             float zx3 = sk_bitcast<float>(4286578688u); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e170 = (col_lo + i0); \
-            if (((sk_e170 < col_hi) && ((col_hi - sk_e170) >= 4u))) { \
-                sk_load_quad_as_15(zx_at, base, row, zx0, zx1, zx2, zx3); \
+            const unsigned int sk_e125 = (col_lo + i0); \
+            if (((sk_e125 < col_hi) && ((col_hi - sk_e125) >= 4u))) { \
+                sk_load_quad_as_13(zx_at, zx0, zx1, zx2, zx3); \
             } else { \
-                sk_load_quad_as_14(col_lo, i0, col_hi, base, row, zx0, zx1, zx2, zx3); \
+                sk_load_quad_as_12(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            } \
+            if (((flags & 16384u) != 0u)) { \
+                sk_load_logit_quad(col_lo, i0, row, zx0, zx1, zx2, zx3); \
             } \
             unsigned int li0 = (i0 + 0u); \
             { \

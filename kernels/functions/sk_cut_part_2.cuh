@@ -3,8 +3,8 @@
 // `sk_cut_part_2`, included by each kernel that calls it
 #define sk_cut_part_2(zx0, cut_rcp_t, cut_w0, cut_race, mp, temp, part_mx, col_lo, i0, sk_c0, sk_c1, lo_best, up1, up2, up1_i) { \
     /* built by kernels::filter_top_p::cut_part */ \
-    const float sk_e83 = (zx0 * cut_rcp_t); \
-    bool cut_may = ((((sk_e83 + (fabsf(sk_e83) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e83 >= (1.7014118e38f))); \
+    const float sk_e68 = (zx0 * cut_rcp_t); \
+    bool cut_may = ((((sk_e68 + (fabsf(sk_e68) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e68 >= (1.7014118e38f))); \
     if ((cut_may && ((cut_race & sk_c0) != 0u))) { \
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp))) { \
             float un = sk_uniform(cut_w0); \

@@ -4,8 +4,8 @@
 #define sk_cut_part_3(col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rz, best, best_i) { \
     /* built by kernels::filter_top_p::cut_part */ \
     uint4 w4 = sk_philox(make_uint4((((col_lo + li0) & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e166 = ((col_lo + li0) & 3u); \
-    float score = (cut_rz + sk_gumbel(((sk_e166 == 3u) ? ((w4).w) : ((sk_e166 == 2u) ? ((w4).z) : ((sk_e166 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e121 = ((col_lo + li0) & 3u); \
+    float score = (cut_rz + sk_gumbel(((sk_e121 == 3u) ? ((w4).w) : ((sk_e121 == 2u) ? ((w4).z) : ((sk_e121 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && ((col_lo + li0) < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \
         best = score; \

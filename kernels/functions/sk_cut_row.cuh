@@ -20,8 +20,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e258 = (((row_slot * parts) + 0u) * 1317u); \
-            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e258 + 1288u)]) - ((float)(partials[(sk_e258 + 1286u)]))) + (1.0f)); \
+            const unsigned int sk_e198 = (((row_slot * parts) + 0u) * 1317u); \
+            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e198 + 1288u)]) - ((float)(partials[(sk_e198 + 1286u)]))) + (1.0f)); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -130,8 +130,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, tot_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e370 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e370 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e370 > max_below_all)); \
+            const unsigned int sk_e310 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e310 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e310 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \
@@ -162,8 +162,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e371 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e371 > best) || ((sk_e371 == best) && (w_i < best_i)))) { \
+                    const float sk_e311 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
+                    if (((sk_e311 > best) || ((sk_e311 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower_and */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
@@ -172,12 +172,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e373 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e372 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e373 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e373 + 0u)])))); \
-                    if (((sk_e372 > best64) || ((sk_e372 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e313 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                    const double sk_e312 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e313 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e313 + 0u)])))); \
+                    if (((sk_e312 > best64) || ((sk_e312 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower_and */ \
-                        const unsigned int sk_e374 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e374 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e374 + 0u)])))); \
+                        const unsigned int sk_e314 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e314 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e314 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \

@@ -31,8 +31,8 @@
         unsigned int t_run = 0u; \
         for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
             /* built by kernels::select::choose_bin */ \
-            const unsigned int sk_e497 = (t_lo + tj); \
-            t_run = (t_run + ((sk_e497 < 464u) ? (select_scratch[min(sk_e497, 463u)]) : 0u)); \
+            const unsigned int sk_e437 = (t_lo + tj); \
+            t_run = (t_run + ((sk_e437 < 464u) ? (select_scratch[min(sk_e437, 463u)]) : 0u)); \
         } \
         unsigned int t_start = 0u; \
         t_start = sk_block_scan(t_run); \

@@ -40,14 +40,14 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const unsigned int sk_e747 = (base + col); \
-            const unsigned int sk_e745 = (sk_e747 - base); \
-            const float sk_e746 = sk_load_x(sk_e747); \
-            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e745 >> 5u))] >> (sk_e745 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e746) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e746) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e687 = (base + col); \
+            const unsigned int sk_e685 = (sk_e687 - base); \
+            const float sk_e686 = sk_load_x(sk_e687); \
+            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e685 >> 5u))] >> (sk_e685 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e686) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e686) : sk_bitcast<float>(4286578688u)); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            const unsigned int sk_e748 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-            unsigned int key = (sk_e748 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e748) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e688 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e688 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e688) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \

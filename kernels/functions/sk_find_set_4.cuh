@@ -4,8 +4,8 @@
 #define sk_find_set_4(stage, sel_a, col_hi, col_lo, base, row, temp, mx, mp_first, mp, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e708 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e708 : (sk_e708 - sel_a)); \
+    const unsigned int sk_e648 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e648 : (sk_e648 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -56,14 +56,14 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const unsigned int sk_e738 = (base + col); \
-            const unsigned int sk_e736 = (sk_e738 - base); \
-            const float sk_e737 = sk_load_x(sk_e738); \
-            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e736 >> 5u))] >> (sk_e736 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e737) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e737) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e678 = (base + col); \
+            const unsigned int sk_e676 = (sk_e678 - base); \
+            const float sk_e677 = sk_load_x(sk_e678); \
+            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e676 >> 5u))] >> (sk_e676 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e677) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e677) : sk_bitcast<float>(4286578688u)); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            const unsigned int sk_e739 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-            unsigned int key = (sk_e739 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e739) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e679 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e679 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e679) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -81,14 +81,14 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const unsigned int sk_e742 = (base + col); \
-            const unsigned int sk_e740 = (sk_e742 - base); \
-            const float sk_e741 = sk_load_x(sk_e742); \
-            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e740 >> 5u))] >> (sk_e740 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e741) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e741) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e682 = (base + col); \
+            const unsigned int sk_e680 = (sk_e682 - base); \
+            const float sk_e681 = sk_load_x(sk_e682); \
+            float lx = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e680 >> 5u))] >> (sk_e680 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e681) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e681) : sk_bitcast<float>(4286578688u)); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-            const unsigned int sk_e743 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-            unsigned int key = (sk_e743 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e743) >> 31u)) | 2147483648u)); \
+            const unsigned int sk_e683 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+            unsigned int key = (sk_e683 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e683) >> 31u)) | 2147483648u)); \
             float wv = (0.0f); \
             bool ok = false; \
             unsigned long long mv = 0ull; \
@@ -122,8 +122,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e744 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e744 == (sel_n + min(sel_tn, 64u))) || (!((sk_e744 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e684 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e684 == (sel_n + min(sel_tn, 64u))) || (!((sk_e684 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

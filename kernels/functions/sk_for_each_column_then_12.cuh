@@ -4,8 +4,8 @@
 #define sk_for_each_column_then_12(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp) { \
     /* built by kernels::abi::for_each_column_then */ \
     float z = (x0 / temp); \
-    const unsigned int sk_e34 = (row * 12u); \
-    unsigned int sh = sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col); \
+    const unsigned int sk_e19 = (row * 12u); \
+    unsigned int sh = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col); \
     if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) { \
         /* built by kernels::seeded::seeded_logits_row */ \
         float g32_any = sk_seeded_gumbel_screen(sh); \

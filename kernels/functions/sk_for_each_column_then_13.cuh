@@ -5,12 +5,12 @@
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \
     if ((col < col_hi)) { \
-        const unsigned int sk_e77 = (base + col); \
-        const unsigned int sk_e75 = (sk_e77 - base); \
-        const float sk_e76 = sk_load_x(sk_e77); \
-        float rz = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e75 >> 5u))] >> (sk_e75 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e76) : sk_bitcast<float>(4286578688u)) / temp); \
-        const unsigned int sk_e78 = (row * 12u); \
-        unsigned int rh = sk_murmur3(rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)], rows[(sk_e78 + 10u)], col); \
+        const unsigned int sk_e46 = (base + col); \
+        const unsigned int sk_e44 = (sk_e46 - base); \
+        const float sk_e45 = sk_load_x(sk_e46); \
+        float rz = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e44 >> 5u))] >> (sk_e44 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e45) : sk_bitcast<float>(4286578688u)) / temp); \
+        const unsigned int sk_e47 = (row * 12u); \
+        unsigned int rh = sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col); \
         if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) { \
             /* built by kernels::seeded::seeded_logits_finish */ \
             float g32_any = sk_seeded_gumbel_screen(rh); \
@@ -19,17 +19,17 @@
             float sv32 = ((finite ? rz : (0.0f)) + g32); \
             float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
             if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) { \
-                const unsigned int sk_e82 = (base + col); \
-                const unsigned int sk_e80 = (sk_e82 - base); \
-                const float sk_e81 = sk_load_x(sk_e82); \
-                const float sk_e79 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e80 >> 5u))] >> (sk_e80 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e81) : sk_bitcast<float>(4286578688u)) / temp); \
-                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e79 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e79 - row_m)))) * inv); \
+                const unsigned int sk_e51 = (base + col); \
+                const unsigned int sk_e49 = (sk_e51 - base); \
+                const float sk_e50 = sk_load_x(sk_e51); \
+                const float sk_e48 = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e49 >> 5u))] >> (sk_e49 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e50) : sk_bitcast<float>(4286578688u)) / temp); \
+                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e48 - row_m)))) * inv); \
                 double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u))); \
                 double s64 = lp; \
                 if (noisy) { \
                     /* built by kernels::seeded::score64 */ \
-                    const unsigned int sk_e83 = (row * 12u); \
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], col))); \
+                    const unsigned int sk_e52 = (row * 12u); \
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)], rows[(sk_e52 + 10u)], col))); \
                 } \
                 if (((s64 > best) || (best_i == 4294967295u))) { \
                     /* built by kernels::seeded::keep_best */ \

@@ -5,16 +5,16 @@
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \
     if ((col < col_hi)) { \
-        const unsigned int sk_e76 = (base + col); \
-        const unsigned int sk_e74 = (sk_e76 - base); \
-        const float sk_e75 = sk_load_x(sk_e76); \
-        float xv = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e74 >> 5u))] >> (sk_e74 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e75) : sk_bitcast<float>(4286578688u)); \
-        const float sk_e77 = (xv * rcp_t); \
-        if (((sk_e77 > sk_bitcast<float>(4286578688u)) && ((((sk_e77 + (fabsf(sk_e77) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e77 >= (1.7014118e38f))))) { \
+        const unsigned int sk_e44 = (base + col); \
+        const unsigned int sk_e42 = (sk_e44 - base); \
+        const float sk_e43 = sk_load_x(sk_e44); \
+        float xv = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e42 >> 5u))] >> (sk_e42 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e43) : sk_bitcast<float>(4286578688u)); \
+        const float sk_e45 = (xv * rcp_t); \
+        if (((sk_e45 > sk_bitcast<float>(4286578688u)) && ((((sk_e45 + (fabsf(sk_e45) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e45 >= (1.7014118e38f))))) { \
             /* built by kernels::race::screened_pass */ \
-            const uint4 sk_e78 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
-            const unsigned int sk_e79 = (col & 3u); \
-            unsigned int wj = ((sk_e79 == 0u) ? ((sk_e78).x) : ((sk_e79 == 1u) ? ((sk_e78).y) : ((sk_e79 == 2u) ? ((sk_e78).z) : ((sk_e78).w)))); \
+            const uint4 sk_e46 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
+            const unsigned int sk_e47 = (col & 3u); \
+            unsigned int wj = ((sk_e47 == 0u) ? ((sk_e46).x) : ((sk_e47 == 1u) ? ((sk_e46).y) : ((sk_e47 == 2u) ? ((sk_e46).z) : ((sk_e46).w)))); \
             float sv = (xv / temp); \
             if ((sv == sk_bitcast<float>(2139095040u))) { \
                 top_n = (top_n + 1u); \

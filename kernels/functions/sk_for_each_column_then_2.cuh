@@ -9,36 +9,52 @@
     float x3 = sk_bitcast<float>(4286578688u); \
     unsigned int x_at = (base + c0); \
     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-        sk_load_quad_as_2(x_at, base, row, x0, x1, x2, x3); \
+        /* built by kernels::abi::load_quad_as */ \
+        const float sk_e0 = sk_load_x((size_t)(x_at) + 0u); \
+        x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e0); \
+        const float sk_e1 = sk_load_x((size_t)(x_at) + 1u); \
+        x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1); \
+        const float sk_e2 = sk_load_x((size_t)(x_at) + 2u); \
+        x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e2); \
+        const float sk_e3 = sk_load_x((size_t)(x_at) + 3u); \
+        x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e3); \
     } else { \
-        sk_load_quad_as(c0, col_hi, base, row, x0, x1, x2, x3); \
+        sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3); \
+    } \
+    if (((flags & 16384u) != 0u)) { \
+        /* built by kernels::abi::load_logit_quad */ \
+        unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u)); \
+        x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u)); \
+        x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u)); \
+        x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u)); \
+        x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u)); \
     } \
     { \
         unsigned int col = (c0 + 0u); \
         if ((col < col_hi)) { \
-            const float sk_e32 = (x0 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e32 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e32 - row_max)))) * inv); \
+            const float sk_e16 = (x0 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv); \
         } \
     } \
     { \
         unsigned int col = (c0 + 1u); \
         if ((col < col_hi)) { \
-            const float sk_e33 = (x1 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e33 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e33 - row_max)))) * inv); \
+            const float sk_e17 = (x1 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e17 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e17 - row_max)))) * inv); \
         } \
     } \
     { \
         unsigned int col = (c0 + 2u); \
         if ((col < col_hi)) { \
-            const float sk_e34 = (x2 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_max)))) * inv); \
+            const float sk_e18 = (x2 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv); \
         } \
     } \
     { \
         unsigned int col = (c0 + 3u); \
         if ((col < col_hi)) { \
-            const float sk_e35 = (x3 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e35 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e35 - row_max)))) * inv); \
+            const float sk_e19 = (x3 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv); \
         } \
     } \
 }

@@ -5,16 +5,16 @@
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \
     if ((col < col_hi)) { \
-        const unsigned int sk_e75 = (base + col); \
-        const unsigned int sk_e73 = (sk_e75 - base); \
-        const float sk_e74 = sk_load_x(sk_e75); \
-        float xv = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e73 >> 5u))] >> (sk_e73 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e74) : sk_bitcast<float>(4286578688u)); \
-        const float sk_e76 = (xv * rcp_t); \
-        if (((sk_e76 > sk_bitcast<float>(4286578688u)) && ((((sk_e76 + (fabsf(sk_e76) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e76 >= (1.7014118e38f))))) { \
+        const unsigned int sk_e43 = (base + col); \
+        const unsigned int sk_e41 = (sk_e43 - base); \
+        const float sk_e42 = sk_load_x(sk_e43); \
+        float xv = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e41 >> 5u))] >> (sk_e41 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e42) : sk_bitcast<float>(4286578688u)); \
+        const float sk_e44 = (xv * rcp_t); \
+        if (((sk_e44 > sk_bitcast<float>(4286578688u)) && ((((sk_e44 + (fabsf(sk_e44) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e44 >= (1.7014118e38f))))) { \
             /* built by kernels::race::screened_pass */ \
-            const uint4 sk_e77 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
-            const unsigned int sk_e78 = (col & 3u); \
-            unsigned int wj = ((sk_e78 == 0u) ? ((sk_e77).x) : ((sk_e78 == 1u) ? ((sk_e77).y) : ((sk_e78 == 2u) ? ((sk_e77).z) : ((sk_e77).w)))); \
+            const uint4 sk_e45 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
+            const unsigned int sk_e46 = (col & 3u); \
+            unsigned int wj = ((sk_e46 == 0u) ? ((sk_e45).x) : ((sk_e46 == 1u) ? ((sk_e45).y) : ((sk_e46 == 2u) ? ((sk_e45).z) : ((sk_e45).w)))); \
             float sv = (xv / temp); \
             if ((sv == sk_bitcast<float>(2139095040u))) { \
                 top_n = (top_n + 1u); \

@@ -145,9 +145,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e615 = listed_cols[(1285u + r)]; \
-        const float sk_e614 = sk_bitcast<float>((sk_e615 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e615) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e614 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e614 - row_m)))); \
+        const unsigned int sk_e555 = listed_cols[(1285u + r)]; \
+        const float sk_e554 = sk_bitcast<float>((sk_e555 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e555) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e554 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e554 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

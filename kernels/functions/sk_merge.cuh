@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e435 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e435 + 3u)], partials[(sk_e435 + 4u)]); \
-        const float sk_e438 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e436 = ((sk_e438 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e437 = (sk_e438 - row_m); \
-        const bool sk_e439 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e440 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e440 ? sk_e436 : (sk_e439 ? (0.0f) : sk_exp(sk_e437))) > (0.0f)) && ((sk_e440 ? sk_e436 : (sk_e439 ? (0.0f) : sk_exp(sk_e437))) >= mp)))) { \
+        const unsigned int sk_e375 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e375 + 3u)], partials[(sk_e375 + 4u)]); \
+        const float sk_e378 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e376 = ((sk_e378 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e377 = (sk_e378 - row_m); \
+        const bool sk_e379 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e380 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e380 ? sk_e376 : (sk_e379 ? (0.0f) : sk_exp(sk_e377))) > (0.0f)) && ((sk_e380 ? sk_e376 : (sk_e379 ? (0.0f) : sk_exp(sk_e377))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e441 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e441 + 1u)] == 1u) && (rows[(sk_e441 + 6u)] == 1u))))) { \
+    const unsigned int sk_e381 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e381 + 1u)] == 1u) && (rows[(sk_e381 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,12 +34,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e442 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e442) && (sk_e442 != 4294967295u))) { \
-                const unsigned int sk_e443 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e443 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e443) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e444 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e444 > (0.0f)) && (sk_e444 >= mp))) { \
+            const unsigned int sk_e382 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e382) && (sk_e382 != 4294967295u))) { \
+                const unsigned int sk_e383 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e383 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e383) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e384 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e384 > (0.0f)) && (sk_e384 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
@@ -50,14 +50,14 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e448 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e447 = (sk_e448 + 7u); \
-            const bool sk_e449 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e450 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e448 + 2u)] == 4294967295u) && (((sk_e450 ? ((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e449 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e450 ? ((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e449 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e447] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e447]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e452 = (((slot * parts) + p) * 1317u); \
-                const float sk_e451 = sk_bitcast<float>(partials[(sk_e452 + 5u)]); \
-                if (((sk_e451 > best) || ((sk_e451 == best) && (partials[(sk_e452 + 6u)] < best_i)))) { \
+            const unsigned int sk_e388 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e387 = (sk_e388 + 7u); \
+            const bool sk_e389 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e390 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e388 + 2u)] == 4294967295u) && (((sk_e390 ? ((sk_bitcast<float>((partials[sk_e387] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e387]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e389 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e387] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e387]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e390 ? ((sk_bitcast<float>((partials[sk_e387] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e387]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e389 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e387] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e387]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e392 = (((slot * parts) + p) * 1317u); \
+                const float sk_e391 = sk_bitcast<float>(partials[(sk_e392 + 5u)]); \
+                if (((sk_e391 > best) || ((sk_e391 == best) && (partials[(sk_e392 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower_and */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e455 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e453 = (sk_e455 + 7u); \
-            const unsigned int sk_e454 = (sk_e455 + 0u); \
-            const bool sk_e456 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e457 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e455 + 2u)] == 4294967295u) && (((sk_e457 ? ((sk_bitcast<float>(partials[sk_e454]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e454]) - row_m)))) > (0.0f)) && ((sk_e457 ? ((sk_bitcast<float>(partials[sk_e454]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e454]) - row_m)))) >= mp))) && (!(((sk_e457 ? ((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e457 ? ((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e456 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e453] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e453]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e395 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e393 = (sk_e395 + 7u); \
+            const unsigned int sk_e394 = (sk_e395 + 0u); \
+            const bool sk_e396 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e397 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e395 + 2u)] == 4294967295u) && (((sk_e397 ? ((sk_bitcast<float>(partials[sk_e394]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e396 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e394]) - row_m)))) > (0.0f)) && ((sk_e397 ? ((sk_bitcast<float>(partials[sk_e394]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e396 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e394]) - row_m)))) >= mp))) && (!(((sk_e397 ? ((sk_bitcast<float>((partials[sk_e393] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e393]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e396 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e393] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e393]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e397 ? ((sk_bitcast<float>((partials[sk_e393] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e393]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e396 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e393] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e393]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \

@@ -50,8 +50,8 @@
         if ((tops > 0u)) { \
             sk_whole_row_results(top, top_i, tok); \
         } \
-        const bool sk_e35 = (tok == 4294967295u); \
-        float z = (sk_e35 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e35 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
+        const bool sk_e19 = (tok == 4294967295u); \
+        float z = (sk_e19 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e19 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
         if ((tok == 4294967295u)) { \
             /* built by kernels::combine::combine_row */ \
             tok = 0u; \

@@ -6,8 +6,8 @@
     double s64 = ((double)(rz - row_m)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e618 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e618 + 8u)], rows[(sk_e618 + 9u)], rows[(sk_e618 + 10u)], r))); \
+        const unsigned int sk_e558 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e558 + 8u)], rows[(sk_e558 + 9u)], rows[(sk_e558 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \

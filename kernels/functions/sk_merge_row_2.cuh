@@ -5,8 +5,8 @@
     /* built by kernels::filter_top_k::merge_row */ \
     unsigned int want = (kc + 1u); \
     unsigned int n_items = (parts * want); \
-    const unsigned int sk_e496 = ((sk_bitcast<unsigned int>(row_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(row_m)); \
-    unsigned int t_top = (sk_e496 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e496) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e436 = ((sk_bitcast<unsigned int>(row_m) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(row_m)); \
+    unsigned int t_top = (sk_e436 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e436) >> 31u)) | 2147483648u)); \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
         select_scratch[i] = 0u; \
@@ -95,8 +95,8 @@
             } \
             if (g_take) { \
                 listed_cols[(0u + g_out)] = gk; \
-                const unsigned int sk_e499 = (gj / want); \
-                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e499) * 1317u) + (6u + ((gj - (sk_e499 * want)) * 2u)))]; \
+                const unsigned int sk_e439 = (gj / want); \
+                listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e439) * 1317u) + (6u + ((gj - (sk_e439 * want)) * 2u)))]; \
                 g_out = (g_out + 1u); \
             } \
         } \
@@ -104,8 +104,8 @@
     unsigned int n_sel = (t_above + t_take); \
     __syncthreads(); \
     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e500 = listed_cols[(0u + i)]; \
-        float zi = sk_bitcast<float>((sk_e500 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e500) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e440 = listed_cols[(0u + i)]; \
+        float zi = sk_bitcast<float>((sk_e440 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e440) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m)); \
         listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull)); \
         listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u)); \
@@ -142,9 +142,9 @@
     unsigned int n_lo = 0u; \
     unsigned int n_unsure = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e502 = listed_cols[(1285u + r)]; \
-        const float sk_e501 = sk_bitcast<float>((sk_e502 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e502) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e501 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e501 - row_m)))); \
+        const unsigned int sk_e442 = listed_cols[(1285u + r)]; \
+        const float sk_e441 = sk_bitcast<float>((sk_e442 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e442) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e441 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e441 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         float bf = sk_fixed_f32(br); \
@@ -218,16 +218,16 @@
         double best64 = sk_bitcast<double>(18442240474082181120ull); \
         unsigned int best64_i = 4294967295u; \
         bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-        const unsigned int sk_e616 = (row * 12u); \
-        bool ow_ranked = ((rows[(sk_e616 + 1u)] == 1u) && (rows[(sk_e616 + 6u)] == 1u)); \
+        const unsigned int sk_e556 = (row * 12u); \
+        bool ow_ranked = ((rows[(sk_e556 + 1u)] == 1u) && (rows[(sk_e556 + 6u)] == 1u)); \
         unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
         unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
         unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
         unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
         for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
             unsigned int rc = listed_cols[(1542u + r)]; \
-            const unsigned int sk_e617 = listed_cols[(1285u + r)]; \
-            float rz = sk_bitcast<float>((sk_e617 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e617) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e557 = listed_cols[(1285u + r)]; \
+            float rz = sk_bitcast<float>((sk_e557 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e557) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             if (ow_ranked) { \
                 sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i); \
             } else { \

@@ -70,13 +70,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e860 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e860 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e860) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e800 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e800 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e800) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e861 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e861 + 8u)], rows[(sk_e861 + 9u)], rows[(sk_e861 + 10u)], r))); \
+                const unsigned int sk_e801 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e801 + 8u)], rows[(sk_e801 + 9u)], rows[(sk_e801 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower_and */ \

@@ -31,8 +31,8 @@
                 double s64 = rl_lp; \
                 if (noisy) { \
                     /* built by kernels::seeded::score64 */ \
-                    const unsigned int sk_e943 = (row * 12u); \
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e943 + 8u)], rows[(sk_e943 + 9u)], rows[(sk_e943 + 10u)], rl_r))); \
+                    const unsigned int sk_e883 = (row * 12u); \
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e883 + 8u)], rows[(sk_e883 + 9u)], rows[(sk_e883 + 10u)], rl_r))); \
                 } \
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && (rl_r < bestrl64_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower_and */ \
@@ -112,8 +112,8 @@
                 double s64 = ((double)rl_v); \
                 if (noisy) { \
                     /* built by kernels::seeded::score64 */ \
-                    const unsigned int sk_e971 = (row * 12u); \
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e971 + 8u)], rows[(sk_e971 + 9u)], rows[(sk_e971 + 10u)], (rl_r0 + rl_i)))); \
+                    const unsigned int sk_e911 = (row * 12u); \
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e911 + 8u)], rows[(sk_e911 + 9u)], rows[(sk_e911 + 10u)], (rl_r0 + rl_i)))); \
                 } \
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower_and */ \

@@ -6,8 +6,8 @@
     double s64 = ((double)rt_ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e246 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e246 + 8u)], rows[(sk_e246 + 9u)], rows[(sk_e246 + 10u)], (col_lo + li0)))); \
+        const unsigned int sk_e186 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e186 + 8u)], rows[(sk_e186 + 9u)], rows[(sk_e186 + 10u)], (col_lo + li0)))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && ((col_lo + li0) < bestr64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \

@@ -4,8 +4,8 @@
 #define sk_race_one_3(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e620 = (rc & 3u); \
-    float score = (rz + sk_gumbel(((sk_e620 == 3u) ? ((w4).w) : ((sk_e620 == 2u) ? ((w4).z) : ((sk_e620 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e560 = (rc & 3u); \
+    float score = (rz + sk_gumbel(((sk_e560 == 3u) ? ((w4).w) : ((sk_e560 == 2u) ? ((w4).z) : ((sk_e560 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (rc < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \
         best = score; \

@@ -6,8 +6,8 @@
     double s64 = ((double)rt_ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e216 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e216 + 8u)], rows[(sk_e216 + 9u)], rows[(sk_e216 + 10u)], rt_col))); \
+        const unsigned int sk_e156 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e156 + 8u)], rows[(sk_e156 + 9u)], rows[(sk_e156 + 10u)], rt_col))); \
     } \
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower_and */ \

@@ -6,8 +6,8 @@
     double s64 = ((double)ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e1050 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e1050 + 8u)], rows[(sk_e1050 + 9u)], rows[(sk_e1050 + 10u)], col))); \
+        const unsigned int sk_e990 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e990 + 8u)], rows[(sk_e990 + 9u)], rows[(sk_e990 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \

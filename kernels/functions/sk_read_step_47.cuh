@@ -3,20 +3,20 @@
 // `sk_read_step_47`, included by each kernel that calls it
 #define sk_read_step_47(base, col_lo, li0, sweep_n, row, li1, li2, li3, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
-    const unsigned int sk_e698 = ((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))); \
-    const unsigned int sk_e696 = (sk_e698 - base); \
-    const float sk_e697 = sk_load_x(sk_e698); \
-    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e696 >> 5u))] >> (sk_e696 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e697) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e697) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e701 = ((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))); \
-    const unsigned int sk_e699 = (sk_e701 - base); \
-    const float sk_e700 = sk_load_x(sk_e701); \
-    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e699 >> 5u))] >> (sk_e699 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e700) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e700) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e704 = ((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))); \
-    const unsigned int sk_e702 = (sk_e704 - base); \
-    const float sk_e703 = sk_load_x(sk_e704); \
-    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e702 >> 5u))] >> (sk_e702 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e703) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e703) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e707 = ((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))); \
-    const unsigned int sk_e705 = (sk_e707 - base); \
-    const float sk_e706 = sk_load_x(sk_e707); \
-    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e705 >> 5u))] >> (sk_e705 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e706) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e706) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e638 = ((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))); \
+    const unsigned int sk_e636 = (sk_e638 - base); \
+    const float sk_e637 = sk_load_x(sk_e638); \
+    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e636 >> 5u))] >> (sk_e636 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e637) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e637) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e641 = ((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))); \
+    const unsigned int sk_e639 = (sk_e641 - base); \
+    const float sk_e640 = sk_load_x(sk_e641); \
+    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e639 >> 5u))] >> (sk_e639 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e640) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e640) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e644 = ((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))); \
+    const unsigned int sk_e642 = (sk_e644 - base); \
+    const float sk_e643 = sk_load_x(sk_e644); \
+    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e642 >> 5u))] >> (sk_e642 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e643) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e643) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e647 = ((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))); \
+    const unsigned int sk_e645 = (sk_e647 - base); \
+    const float sk_e646 = sk_load_x(sk_e647); \
+    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e645 >> 5u))] >> (sk_e645 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e646) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e646) : sk_bitcast<float>(4286578688u)); \
 }

@@ -4,19 +4,19 @@
 #define sk_read_step_48(base, col_lo, c0, row, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + c0); \
-    const unsigned int sk_e749 = (zx_at - base); \
-    const float sk_e750 = sk_load_x(zx_at); \
-    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e749 >> 5u))] >> (sk_e749 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e750) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e750) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e753 = (zx_at + 1u); \
-    const unsigned int sk_e751 = (sk_e753 - base); \
-    const float sk_e752 = sk_load_x(sk_e753); \
-    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e751 >> 5u))] >> (sk_e751 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e752) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e752) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e756 = (zx_at + 2u); \
-    const unsigned int sk_e754 = (sk_e756 - base); \
-    const float sk_e755 = sk_load_x(sk_e756); \
-    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e754 >> 5u))] >> (sk_e754 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e755) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e755) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e759 = (zx_at + 3u); \
-    const unsigned int sk_e757 = (sk_e759 - base); \
-    const float sk_e758 = sk_load_x(sk_e759); \
-    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e757 >> 5u))] >> (sk_e757 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e758) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e758) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e689 = (zx_at - base); \
+    const float sk_e690 = sk_load_x(zx_at); \
+    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e689 >> 5u))] >> (sk_e689 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e690) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e690) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e693 = (zx_at + 1u); \
+    const unsigned int sk_e691 = (sk_e693 - base); \
+    const float sk_e692 = sk_load_x(sk_e693); \
+    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e691 >> 5u))] >> (sk_e691 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e692) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e692) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e696 = (zx_at + 2u); \
+    const unsigned int sk_e694 = (sk_e696 - base); \
+    const float sk_e695 = sk_load_x(sk_e696); \
+    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e694 >> 5u))] >> (sk_e694 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e695) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e695) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e699 = (zx_at + 3u); \
+    const unsigned int sk_e697 = (sk_e699 - base); \
+    const float sk_e698 = sk_load_x(sk_e699); \
+    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e697 >> 5u))] >> (sk_e697 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e698) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e698) : sk_bitcast<float>(4286578688u)); \
 }

@@ -3,84 +3,84 @@
 // `sk_read_step_52`, included by each kernel that calls it
 #define sk_read_step_52(col_hi, col_lo, base, li0, row, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15) { \
     /* built by kernels::filter_values::read_step */ \
+    const unsigned int sk_e249 = (col_hi - col_lo); \
+    const unsigned int sk_e248 = ((base + col_lo) + ((li0 < sk_e249) ? li0 : (sk_e249 - 1u))); \
+    const unsigned int sk_e246 = (sk_e248 - base); \
+    const float sk_e247 = sk_load_x(sk_e248); \
+    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e246 >> 5u))] >> (sk_e246 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e247) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e247) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e253 = (col_hi - col_lo); \
+    const unsigned int sk_e252 = ((base + col_lo) + ((li1 < sk_e253) ? li1 : (sk_e253 - 1u))); \
+    const unsigned int sk_e250 = (sk_e252 - base); \
+    const float sk_e251 = sk_load_x(sk_e252); \
+    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e250 >> 5u))] >> (sk_e250 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e251) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e251) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e257 = (col_hi - col_lo); \
+    const unsigned int sk_e256 = ((base + col_lo) + ((li2 < sk_e257) ? li2 : (sk_e257 - 1u))); \
+    const unsigned int sk_e254 = (sk_e256 - base); \
+    const float sk_e255 = sk_load_x(sk_e256); \
+    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e254 >> 5u))] >> (sk_e254 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e255) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e255) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e261 = (col_hi - col_lo); \
+    const unsigned int sk_e260 = ((base + col_lo) + ((li3 < sk_e261) ? li3 : (sk_e261 - 1u))); \
+    const unsigned int sk_e258 = (sk_e260 - base); \
+    const float sk_e259 = sk_load_x(sk_e260); \
+    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e258 >> 5u))] >> (sk_e258 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e259) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e259) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e265 = (col_hi - col_lo); \
+    const unsigned int sk_e264 = ((base + col_lo) + ((li4 < sk_e265) ? li4 : (sk_e265 - 1u))); \
+    const unsigned int sk_e262 = (sk_e264 - base); \
+    const float sk_e263 = sk_load_x(sk_e264); \
+    zx4 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e262 >> 5u))] >> (sk_e262 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e263) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e263) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e269 = (col_hi - col_lo); \
+    const unsigned int sk_e268 = ((base + col_lo) + ((li5 < sk_e269) ? li5 : (sk_e269 - 1u))); \
+    const unsigned int sk_e266 = (sk_e268 - base); \
+    const float sk_e267 = sk_load_x(sk_e268); \
+    zx5 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e266 >> 5u))] >> (sk_e266 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e267) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e267) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e273 = (col_hi - col_lo); \
+    const unsigned int sk_e272 = ((base + col_lo) + ((li6 < sk_e273) ? li6 : (sk_e273 - 1u))); \
+    const unsigned int sk_e270 = (sk_e272 - base); \
+    const float sk_e271 = sk_load_x(sk_e272); \
+    zx6 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e270 >> 5u))] >> (sk_e270 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e271) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e271) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e277 = (col_hi - col_lo); \
+    const unsigned int sk_e276 = ((base + col_lo) + ((li7 < sk_e277) ? li7 : (sk_e277 - 1u))); \
+    const unsigned int sk_e274 = (sk_e276 - base); \
+    const float sk_e275 = sk_load_x(sk_e276); \
+    zx7 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e274 >> 5u))] >> (sk_e274 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e275) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e275) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e281 = (col_hi - col_lo); \
+    const unsigned int sk_e280 = ((base + col_lo) + ((li8 < sk_e281) ? li8 : (sk_e281 - 1u))); \
+    const unsigned int sk_e278 = (sk_e280 - base); \
+    const float sk_e279 = sk_load_x(sk_e280); \
+    zx8 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e278 >> 5u))] >> (sk_e278 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e279) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e279) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e285 = (col_hi - col_lo); \
+    const unsigned int sk_e284 = ((base + col_lo) + ((li9 < sk_e285) ? li9 : (sk_e285 - 1u))); \
+    const unsigned int sk_e282 = (sk_e284 - base); \
+    const float sk_e283 = sk_load_x(sk_e284); \
+    zx9 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e282 >> 5u))] >> (sk_e282 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e283) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e283) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e289 = (col_hi - col_lo); \
+    const unsigned int sk_e288 = ((base + col_lo) + ((li10 < sk_e289) ? li10 : (sk_e289 - 1u))); \
+    const unsigned int sk_e286 = (sk_e288 - base); \
+    const float sk_e287 = sk_load_x(sk_e288); \
+    zx10 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e286 >> 5u))] >> (sk_e286 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e287) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e287) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e293 = (col_hi - col_lo); \
+    const unsigned int sk_e292 = ((base + col_lo) + ((li11 < sk_e293) ? li11 : (sk_e293 - 1u))); \
+    const unsigned int sk_e290 = (sk_e292 - base); \
+    const float sk_e291 = sk_load_x(sk_e292); \
+    zx11 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e290 >> 5u))] >> (sk_e290 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e291) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e291) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e297 = (col_hi - col_lo); \
+    const unsigned int sk_e296 = ((base + col_lo) + ((li12 < sk_e297) ? li12 : (sk_e297 - 1u))); \
+    const unsigned int sk_e294 = (sk_e296 - base); \
+    const float sk_e295 = sk_load_x(sk_e296); \
+    zx12 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e294 >> 5u))] >> (sk_e294 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e295) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e295) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e301 = (col_hi - col_lo); \
+    const unsigned int sk_e300 = ((base + col_lo) + ((li13 < sk_e301) ? li13 : (sk_e301 - 1u))); \
+    const unsigned int sk_e298 = (sk_e300 - base); \
+    const float sk_e299 = sk_load_x(sk_e300); \
+    zx13 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e298 >> 5u))] >> (sk_e298 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e299) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e299) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e305 = (col_hi - col_lo); \
+    const unsigned int sk_e304 = ((base + col_lo) + ((li14 < sk_e305) ? li14 : (sk_e305 - 1u))); \
+    const unsigned int sk_e302 = (sk_e304 - base); \
+    const float sk_e303 = sk_load_x(sk_e304); \
+    zx14 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e302 >> 5u))] >> (sk_e302 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e303) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e303) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e309 = (col_hi - col_lo); \
-    const unsigned int sk_e308 = ((base + col_lo) + ((li0 < sk_e309) ? li0 : (sk_e309 - 1u))); \
+    const unsigned int sk_e308 = ((base + col_lo) + ((li15 < sk_e309) ? li15 : (sk_e309 - 1u))); \
     const unsigned int sk_e306 = (sk_e308 - base); \
     const float sk_e307 = sk_load_x(sk_e308); \
-    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e306 >> 5u))] >> (sk_e306 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e307) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e307) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e313 = (col_hi - col_lo); \
-    const unsigned int sk_e312 = ((base + col_lo) + ((li1 < sk_e313) ? li1 : (sk_e313 - 1u))); \
-    const unsigned int sk_e310 = (sk_e312 - base); \
-    const float sk_e311 = sk_load_x(sk_e312); \
-    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e310 >> 5u))] >> (sk_e310 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e311) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e311) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e317 = (col_hi - col_lo); \
-    const unsigned int sk_e316 = ((base + col_lo) + ((li2 < sk_e317) ? li2 : (sk_e317 - 1u))); \
-    const unsigned int sk_e314 = (sk_e316 - base); \
-    const float sk_e315 = sk_load_x(sk_e316); \
-    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e314 >> 5u))] >> (sk_e314 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e315) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e315) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e321 = (col_hi - col_lo); \
-    const unsigned int sk_e320 = ((base + col_lo) + ((li3 < sk_e321) ? li3 : (sk_e321 - 1u))); \
-    const unsigned int sk_e318 = (sk_e320 - base); \
-    const float sk_e319 = sk_load_x(sk_e320); \
-    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e318 >> 5u))] >> (sk_e318 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e319) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e319) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e325 = (col_hi - col_lo); \
-    const unsigned int sk_e324 = ((base + col_lo) + ((li4 < sk_e325) ? li4 : (sk_e325 - 1u))); \
-    const unsigned int sk_e322 = (sk_e324 - base); \
-    const float sk_e323 = sk_load_x(sk_e324); \
-    zx4 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e322 >> 5u))] >> (sk_e322 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e323) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e323) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e329 = (col_hi - col_lo); \
-    const unsigned int sk_e328 = ((base + col_lo) + ((li5 < sk_e329) ? li5 : (sk_e329 - 1u))); \
-    const unsigned int sk_e326 = (sk_e328 - base); \
-    const float sk_e327 = sk_load_x(sk_e328); \
-    zx5 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e326 >> 5u))] >> (sk_e326 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e327) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e327) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e333 = (col_hi - col_lo); \
-    const unsigned int sk_e332 = ((base + col_lo) + ((li6 < sk_e333) ? li6 : (sk_e333 - 1u))); \
-    const unsigned int sk_e330 = (sk_e332 - base); \
-    const float sk_e331 = sk_load_x(sk_e332); \
-    zx6 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e330 >> 5u))] >> (sk_e330 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e331) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e331) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e337 = (col_hi - col_lo); \
-    const unsigned int sk_e336 = ((base + col_lo) + ((li7 < sk_e337) ? li7 : (sk_e337 - 1u))); \
-    const unsigned int sk_e334 = (sk_e336 - base); \
-    const float sk_e335 = sk_load_x(sk_e336); \
-    zx7 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e334 >> 5u))] >> (sk_e334 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e335) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e335) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e341 = (col_hi - col_lo); \
-    const unsigned int sk_e340 = ((base + col_lo) + ((li8 < sk_e341) ? li8 : (sk_e341 - 1u))); \
-    const unsigned int sk_e338 = (sk_e340 - base); \
-    const float sk_e339 = sk_load_x(sk_e340); \
-    zx8 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e338 >> 5u))] >> (sk_e338 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e339) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e339) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e345 = (col_hi - col_lo); \
-    const unsigned int sk_e344 = ((base + col_lo) + ((li9 < sk_e345) ? li9 : (sk_e345 - 1u))); \
-    const unsigned int sk_e342 = (sk_e344 - base); \
-    const float sk_e343 = sk_load_x(sk_e344); \
-    zx9 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e342 >> 5u))] >> (sk_e342 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e343) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e343) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e349 = (col_hi - col_lo); \
-    const unsigned int sk_e348 = ((base + col_lo) + ((li10 < sk_e349) ? li10 : (sk_e349 - 1u))); \
-    const unsigned int sk_e346 = (sk_e348 - base); \
-    const float sk_e347 = sk_load_x(sk_e348); \
-    zx10 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e346 >> 5u))] >> (sk_e346 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e347) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e347) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e353 = (col_hi - col_lo); \
-    const unsigned int sk_e352 = ((base + col_lo) + ((li11 < sk_e353) ? li11 : (sk_e353 - 1u))); \
-    const unsigned int sk_e350 = (sk_e352 - base); \
-    const float sk_e351 = sk_load_x(sk_e352); \
-    zx11 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e350 >> 5u))] >> (sk_e350 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e351) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e351) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e357 = (col_hi - col_lo); \
-    const unsigned int sk_e356 = ((base + col_lo) + ((li12 < sk_e357) ? li12 : (sk_e357 - 1u))); \
-    const unsigned int sk_e354 = (sk_e356 - base); \
-    const float sk_e355 = sk_load_x(sk_e356); \
-    zx12 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e354 >> 5u))] >> (sk_e354 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e355) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e355) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e361 = (col_hi - col_lo); \
-    const unsigned int sk_e360 = ((base + col_lo) + ((li13 < sk_e361) ? li13 : (sk_e361 - 1u))); \
-    const unsigned int sk_e358 = (sk_e360 - base); \
-    const float sk_e359 = sk_load_x(sk_e360); \
-    zx13 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e358 >> 5u))] >> (sk_e358 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e359) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e359) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e365 = (col_hi - col_lo); \
-    const unsigned int sk_e364 = ((base + col_lo) + ((li14 < sk_e365) ? li14 : (sk_e365 - 1u))); \
-    const unsigned int sk_e362 = (sk_e364 - base); \
-    const float sk_e363 = sk_load_x(sk_e364); \
-    zx14 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e362 >> 5u))] >> (sk_e362 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e363) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e363) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e369 = (col_hi - col_lo); \
-    const unsigned int sk_e368 = ((base + col_lo) + ((li15 < sk_e369) ? li15 : (sk_e369 - 1u))); \
-    const unsigned int sk_e366 = (sk_e368 - base); \
-    const float sk_e367 = sk_load_x(sk_e368); \
-    zx15 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e366 >> 5u))] >> (sk_e366 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e367) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e367) : sk_bitcast<float>(4286578688u)); \
+    zx15 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e306 >> 5u))] >> (sk_e306 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e307) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e307) : sk_bitcast<float>(4286578688u)); \
 }

@@ -4,67 +4,67 @@
 #define sk_read_step_53(base, col_lo, i0, row, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + i0); \
-    const unsigned int sk_e259 = (zx_at - base); \
-    const float sk_e260 = sk_load_x(zx_at); \
-    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e259 >> 5u))] >> (sk_e259 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e260) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e260) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e263 = (zx_at + (((unsigned int)SK_BLOCK) * 1u)); \
-    const unsigned int sk_e261 = (sk_e263 - base); \
-    const float sk_e262 = sk_load_x(sk_e263); \
-    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e261 >> 5u))] >> (sk_e261 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e262) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e262) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e266 = (zx_at + (((unsigned int)SK_BLOCK) * 2u)); \
-    const unsigned int sk_e264 = (sk_e266 - base); \
-    const float sk_e265 = sk_load_x(sk_e266); \
-    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e264 >> 5u))] >> (sk_e264 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e265) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e265) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e269 = (zx_at + (((unsigned int)SK_BLOCK) * 3u)); \
-    const unsigned int sk_e267 = (sk_e269 - base); \
-    const float sk_e268 = sk_load_x(sk_e269); \
-    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e267 >> 5u))] >> (sk_e267 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e268) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e268) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e272 = (zx_at + (((unsigned int)SK_BLOCK) * 4u)); \
-    const unsigned int sk_e270 = (sk_e272 - base); \
-    const float sk_e271 = sk_load_x(sk_e272); \
-    zx4 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e270 >> 5u))] >> (sk_e270 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e271) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e271) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e275 = (zx_at + (((unsigned int)SK_BLOCK) * 5u)); \
-    const unsigned int sk_e273 = (sk_e275 - base); \
-    const float sk_e274 = sk_load_x(sk_e275); \
-    zx5 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e273 >> 5u))] >> (sk_e273 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e274) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e274) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e278 = (zx_at + (((unsigned int)SK_BLOCK) * 6u)); \
-    const unsigned int sk_e276 = (sk_e278 - base); \
-    const float sk_e277 = sk_load_x(sk_e278); \
-    zx6 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e276 >> 5u))] >> (sk_e276 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e277) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e277) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e281 = (zx_at + (((unsigned int)SK_BLOCK) * 7u)); \
-    const unsigned int sk_e279 = (sk_e281 - base); \
-    const float sk_e280 = sk_load_x(sk_e281); \
-    zx7 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e279 >> 5u))] >> (sk_e279 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e280) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e280) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e284 = (zx_at + (((unsigned int)SK_BLOCK) * 8u)); \
-    const unsigned int sk_e282 = (sk_e284 - base); \
-    const float sk_e283 = sk_load_x(sk_e284); \
-    zx8 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e282 >> 5u))] >> (sk_e282 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e283) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e283) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e287 = (zx_at + (((unsigned int)SK_BLOCK) * 9u)); \
-    const unsigned int sk_e285 = (sk_e287 - base); \
-    const float sk_e286 = sk_load_x(sk_e287); \
-    zx9 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e285 >> 5u))] >> (sk_e285 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e286) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e286) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e290 = (zx_at + (((unsigned int)SK_BLOCK) * 10u)); \
-    const unsigned int sk_e288 = (sk_e290 - base); \
-    const float sk_e289 = sk_load_x(sk_e290); \
-    zx10 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e288 >> 5u))] >> (sk_e288 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e289) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e289) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e293 = (zx_at + (((unsigned int)SK_BLOCK) * 11u)); \
-    const unsigned int sk_e291 = (sk_e293 - base); \
-    const float sk_e292 = sk_load_x(sk_e293); \
-    zx11 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e291 >> 5u))] >> (sk_e291 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e292) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e292) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e296 = (zx_at + (((unsigned int)SK_BLOCK) * 12u)); \
-    const unsigned int sk_e294 = (sk_e296 - base); \
-    const float sk_e295 = sk_load_x(sk_e296); \
-    zx12 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e294 >> 5u))] >> (sk_e294 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e295) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e295) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e299 = (zx_at + (((unsigned int)SK_BLOCK) * 13u)); \
-    const unsigned int sk_e297 = (sk_e299 - base); \
-    const float sk_e298 = sk_load_x(sk_e299); \
-    zx13 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e297 >> 5u))] >> (sk_e297 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e298) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e298) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e302 = (zx_at + (((unsigned int)SK_BLOCK) * 14u)); \
-    const unsigned int sk_e300 = (sk_e302 - base); \
-    const float sk_e301 = sk_load_x(sk_e302); \
-    zx14 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e300 >> 5u))] >> (sk_e300 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e301) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e301) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e305 = (zx_at + (((unsigned int)SK_BLOCK) * 15u)); \
-    const unsigned int sk_e303 = (sk_e305 - base); \
-    const float sk_e304 = sk_load_x(sk_e305); \
-    zx15 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e303 >> 5u))] >> (sk_e303 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e304) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e304) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e199 = (zx_at - base); \
+    const float sk_e200 = sk_load_x(zx_at); \
+    zx0 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e199 >> 5u))] >> (sk_e199 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e200) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e203 = (zx_at + (((unsigned int)SK_BLOCK) * 1u)); \
+    const unsigned int sk_e201 = (sk_e203 - base); \
+    const float sk_e202 = sk_load_x(sk_e203); \
+    zx1 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e201 >> 5u))] >> (sk_e201 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e202) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e206 = (zx_at + (((unsigned int)SK_BLOCK) * 2u)); \
+    const unsigned int sk_e204 = (sk_e206 - base); \
+    const float sk_e205 = sk_load_x(sk_e206); \
+    zx2 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e204 >> 5u))] >> (sk_e204 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e205) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e205) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e209 = (zx_at + (((unsigned int)SK_BLOCK) * 3u)); \
+    const unsigned int sk_e207 = (sk_e209 - base); \
+    const float sk_e208 = sk_load_x(sk_e209); \
+    zx3 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e207 >> 5u))] >> (sk_e207 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e208) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e208) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e212 = (zx_at + (((unsigned int)SK_BLOCK) * 4u)); \
+    const unsigned int sk_e210 = (sk_e212 - base); \
+    const float sk_e211 = sk_load_x(sk_e212); \
+    zx4 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e210 >> 5u))] >> (sk_e210 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e211) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e211) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e215 = (zx_at + (((unsigned int)SK_BLOCK) * 5u)); \
+    const unsigned int sk_e213 = (sk_e215 - base); \
+    const float sk_e214 = sk_load_x(sk_e215); \
+    zx5 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e213 >> 5u))] >> (sk_e213 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e214) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e218 = (zx_at + (((unsigned int)SK_BLOCK) * 6u)); \
+    const unsigned int sk_e216 = (sk_e218 - base); \
+    const float sk_e217 = sk_load_x(sk_e218); \
+    zx6 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e216 >> 5u))] >> (sk_e216 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e217) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e217) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e221 = (zx_at + (((unsigned int)SK_BLOCK) * 7u)); \
+    const unsigned int sk_e219 = (sk_e221 - base); \
+    const float sk_e220 = sk_load_x(sk_e221); \
+    zx7 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e219 >> 5u))] >> (sk_e219 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e220) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e220) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e224 = (zx_at + (((unsigned int)SK_BLOCK) * 8u)); \
+    const unsigned int sk_e222 = (sk_e224 - base); \
+    const float sk_e223 = sk_load_x(sk_e224); \
+    zx8 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e222 >> 5u))] >> (sk_e222 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e223) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e223) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e227 = (zx_at + (((unsigned int)SK_BLOCK) * 9u)); \
+    const unsigned int sk_e225 = (sk_e227 - base); \
+    const float sk_e226 = sk_load_x(sk_e227); \
+    zx9 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e225 >> 5u))] >> (sk_e225 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e226) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e226) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e230 = (zx_at + (((unsigned int)SK_BLOCK) * 10u)); \
+    const unsigned int sk_e228 = (sk_e230 - base); \
+    const float sk_e229 = sk_load_x(sk_e230); \
+    zx10 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e228 >> 5u))] >> (sk_e228 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e229) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e229) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e233 = (zx_at + (((unsigned int)SK_BLOCK) * 11u)); \
+    const unsigned int sk_e231 = (sk_e233 - base); \
+    const float sk_e232 = sk_load_x(sk_e233); \
+    zx11 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e231 >> 5u))] >> (sk_e231 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e232) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e232) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e236 = (zx_at + (((unsigned int)SK_BLOCK) * 12u)); \
+    const unsigned int sk_e234 = (sk_e236 - base); \
+    const float sk_e235 = sk_load_x(sk_e236); \
+    zx12 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e234 >> 5u))] >> (sk_e234 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e235) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e235) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e239 = (zx_at + (((unsigned int)SK_BLOCK) * 13u)); \
+    const unsigned int sk_e237 = (sk_e239 - base); \
+    const float sk_e238 = sk_load_x(sk_e239); \
+    zx13 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e237 >> 5u))] >> (sk_e237 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e238) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e238) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e242 = (zx_at + (((unsigned int)SK_BLOCK) * 14u)); \
+    const unsigned int sk_e240 = (sk_e242 - base); \
+    const float sk_e241 = sk_load_x(sk_e242); \
+    zx14 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e240 >> 5u))] >> (sk_e240 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e241) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e241) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e245 = (zx_at + (((unsigned int)SK_BLOCK) * 15u)); \
+    const unsigned int sk_e243 = (sk_e245 - base); \
+    const float sk_e244 = sk_load_x(sk_e245); \
+    zx15 = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e243 >> 5u))] >> (sk_e243 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e244) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e244) : sk_bitcast<float>(4286578688u)); \
 }

@@ -6,8 +6,8 @@
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    const unsigned int sk_e856 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-    unsigned int key = (sk_e856 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e856) >> 31u)) | 2147483648u)); \
+    const unsigned int sk_e796 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+    unsigned int key = (sk_e796 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e796) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \

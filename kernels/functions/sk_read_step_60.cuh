@@ -4,13 +4,13 @@
 #define sk_read_step_60(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i) { \
     /* built by kernels::filter_values::read_step */ \
     float rr_v = (zx0 / temp); \
-    const float sk_e485 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((rr_v == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rr_v - row_m)))); \
-    if (((sk_e485 > (0.0f)) && (sk_e485 >= mp))) { \
+    const float sk_e425 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((rr_v == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rr_v - row_m)))); \
+    if (((sk_e425 > (0.0f)) && (sk_e425 >= mp))) { \
         /* built by kernels::filter_min_p::rerace */ \
         unsigned int rr_col = (col_lo + li0); \
         uint4 w4 = sk_philox(make_uint4(((rr_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e486 = (rr_col & 3u); \
-        float score = (rr_v + sk_gumbel(((sk_e486 == 3u) ? ((w4).w) : ((sk_e486 == 2u) ? ((w4).z) : ((sk_e486 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e426 = (rr_col & 3u); \
+        float score = (rr_v + sk_gumbel(((sk_e426 == 3u) ? ((w4).w) : ((sk_e426 == 2u) ? ((w4).z) : ((sk_e426 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (rr_col < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower_and */ \
             best = score; \

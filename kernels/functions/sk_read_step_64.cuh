@@ -4,8 +4,8 @@
 #define sk_read_step_64(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, part_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i) { \
     /* built by kernels::filter_values::read_step */ \
     float rt_z = (zx0 / temp); \
-    const float sk_e245 = (rt_z * cut_grid_scale); \
-    if (((sk_e245 >= cut_range_from) && (!(sk_e245 >= cut_above_from)))) { \
+    const float sk_e185 = (rt_z * cut_grid_scale); \
+    if (((sk_e185 >= cut_range_from) && (!(sk_e185 >= cut_above_from)))) { \
         /* built by kernels::filter_top_p::race_tied_range */ \
         float rt_ov = (rt_z - part_mx); \
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \

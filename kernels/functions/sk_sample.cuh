@@ -32,9 +32,17 @@
             float x3 = sk_bitcast<float>(4286578688u); \
             unsigned int x_at = (base + c0); \
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-                sk_load_quad_as_13(x_at, base, row, x0, x1, x2, x3); \
+                sk_load_quad_as_11(x_at, x0, x1, x2, x3); \
             } else { \
-                sk_load_quad_as_12(c0, col_hi, base, row, x0, x1, x2, x3); \
+                sk_load_quad_as_10(c0, col_hi, base, x0, x1, x2, x3); \
+            } \
+            if (((flags & 16384u) != 0u)) { \
+                /* built by kernels::abi::load_logit_quad */ \
+                unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u)); \
+                x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u)); \
+                x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u)); \
+                x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u)); \
+                x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u)); \
             } \
             { \
                 sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s); \
@@ -79,10 +87,10 @@
             float row_sum = (0.0f); \
             row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))); \
             if ((threadIdx.x == 0u)) { \
-                const unsigned int sk_e132 = (base + tok); \
-                const unsigned int sk_e130 = (sk_e132 - base); \
-                const float sk_e131 = sk_load_x(sk_e132); \
-                logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e130 >> 5u))] >> (sk_e130 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e131) : sk_bitcast<float>(4286578688u)) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u)); \
+                const unsigned int sk_e84 = (base + tok); \
+                const unsigned int sk_e82 = (sk_e84 - base); \
+                const float sk_e83 = sk_load_x(sk_e84); \
+                logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e82 >> 5u))] >> (sk_e82 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e83) : sk_bitcast<float>(4286578688u)) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u)); \
             } \
         } \
     } else { \
@@ -175,8 +183,8 @@
                 if ((tops > 0u)) { \
                     sk_whole_row_results(top, top_i, tok); \
                 } \
-                const bool sk_e133 = (tok == 4294967295u); \
-                float z = (sk_e133 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e133 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
+                const bool sk_e85 = (tok == 4294967295u); \
+                float z = (sk_e85 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e85 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)]))); \
                 if ((tok == 4294967295u)) { \
                     /* built by kernels::combine::combine_row */ \
                     tok = 0u; \

@@ -39,9 +39,17 @@
         float x3 = sk_bitcast<float>(4286578688u); \
         unsigned int x_at = (base + c0); \
         if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-            sk_load_quad_as_13(x_at, base, row, x0, x1, x2, x3); \
+            sk_load_quad_as_11(x_at, x0, x1, x2, x3); \
         } else { \
-            sk_load_quad_as_12(c0, col_hi, base, row, x0, x1, x2, x3); \
+            sk_load_quad_as_10(c0, col_hi, base, x0, x1, x2, x3); \
+        } \
+        if (((flags & 16384u) != 0u)) { \
+            /* built by kernels::abi::load_logit_quad */ \
+            unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u)); \
+            x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u)); \
+            x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u)); \
+            x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u)); \
+            x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u)); \
         } \
         qmax = fmaxf(qmax, (x0 * rcp_t)); \
         if (((flags & 1u) != 0u)) { \
@@ -92,9 +100,17 @@
         float x3 = sk_bitcast<float>(4286578688u); \
         unsigned int x_at = (base + c0); \
         if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-            sk_load_quad_as_13(x_at, base, row, x0, x1, x2, x3); \
+            sk_load_quad_as_11(x_at, x0, x1, x2, x3); \
         } else { \
-            sk_load_quad_as_12(c0, col_hi, base, row, x0, x1, x2, x3); \
+            sk_load_quad_as_10(c0, col_hi, base, x0, x1, x2, x3); \
+        } \
+        if (((flags & 16384u) != 0u)) { \
+            /* built by kernels::abi::load_logit_quad */ \
+            unsigned int x_allowed = (allowed[((row * ((vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u)); \
+            x0 = (((x_allowed & 1u) != 0u) ? x0 : sk_bitcast<float>(4286578688u)); \
+            x1 = (((x_allowed & 2u) != 0u) ? x1 : sk_bitcast<float>(4286578688u)); \
+            x2 = (((x_allowed & 4u) != 0u) ? x2 : sk_bitcast<float>(4286578688u)); \
+            x3 = (((x_allowed & 8u) != 0u) ? x3 : sk_bitcast<float>(4286578688u)); \
         } \
         qmax = fmaxf(qmax, (x0 * rcp_t)); \
         if (((flags & 1u) != 0u)) { \
@@ -131,13 +147,13 @@
     float screen_floor = (0.0f); \
     screen_floor = sk_block_max_f32(lo_best); \
     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) { \
-        const unsigned int sk_e71 = (base + up1_i); \
-        const unsigned int sk_e69 = (sk_e71 - base); \
-        const float sk_e70 = sk_load_x(sk_e71); \
-        float sv = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e69 >> 5u))] >> (sk_e69 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e70) : sk_bitcast<float>(4286578688u)) / temp); \
-        const uint4 sk_e72 = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
-        const unsigned int sk_e73 = (up1_i & 3u); \
-        best = (sv + sk_gumbel(((sk_e73 == 0u) ? ((sk_e72).x) : ((sk_e73 == 1u) ? ((sk_e72).y) : ((sk_e73 == 2u) ? ((sk_e72).z) : ((sk_e72).w)))))); \
+        const unsigned int sk_e39 = (base + up1_i); \
+        const unsigned int sk_e37 = (sk_e39 - base); \
+        const float sk_e38 = sk_load_x(sk_e39); \
+        float sv = ((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e37 >> 5u))] >> (sk_e37 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e38) : sk_bitcast<float>(4286578688u)) / temp); \
+        const uint4 sk_e40 = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
+        const unsigned int sk_e41 = (up1_i & 3u); \
+        best = (sv + sk_gumbel(((sk_e41 == 0u) ? ((sk_e40).x) : ((sk_e41 == 1u) ? ((sk_e40).y) : ((sk_e41 == 2u) ? ((sk_e40).z) : ((sk_e40).w)))))); \
         best_i = up1_i; \
         best_z = sv; \
     } \

@@ -3,10 +3,10 @@
 // `sk_select_in_range_2`, included by each kernel that calls it
 #define sk_select_in_range_2(base, rcol, row, temp, cut_seeded, rov, noisy, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
     /* built by kernels::filter_top_p::select_in_range */ \
-    const unsigned int sk_e381 = (base + rcol); \
-    const unsigned int sk_e379 = (sk_e381 - base); \
-    const float sk_e380 = sk_load_x(sk_e381); \
-    float rz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e379 >> 5u))] >> (sk_e379 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e380) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e380) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e321 = (base + rcol); \
+    const unsigned int sk_e319 = (sk_e321 - base); \
+    const float sk_e320 = sk_load_x(sk_e321); \
+    float rz_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e319 >> 5u))] >> (sk_e319 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e320) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e320) : sk_bitcast<float>(4286578688u)); \
     float rz = (rz_x / temp); \
     if (cut_seeded) { \
         sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \

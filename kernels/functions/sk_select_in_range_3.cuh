@@ -40,8 +40,8 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e389 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e389) * 1317u) + (5u + ((i - (sk_e389 * 640u)) * 2u)))]); \
+            const unsigned int sk_e329 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e329) * 1317u) + (5u + ((i - (sk_e329 * 640u)) * 2u)))]); \
         } \
         unsigned int dk = ri_key; \
         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) { \

@@ -5,8 +5,8 @@
     /* built by kernels::filters::select_step */ \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e375 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e375 ? tn64 : (((lim - sel_m) / (sk_e375 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e315 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e315 ? tn64 : (((lim - sel_m) / (sk_e315 ? 1ull : tie_v)) + 1ull)))); \
     lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
     sel_key = 0u; \
     sel_mask = 0u; \

@@ -75,8 +75,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e804 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e804 ? tn64 : (((lim - sel_m) / (sk_e804 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e744 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e744 ? tn64 : (((lim - sel_m) / (sk_e744 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -135,8 +135,8 @@
     } \
     bool rank_done = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e832 = (row * 12u); \
-    if ((((rows[(sk_e832 + 1u)] == 1u) && (rows[(sk_e832 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e772 = (row * 12u); \
+    if ((((rows[(sk_e772 + 1u)] == 1u) && (rows[(sk_e772 + 6u)] == 1u)) && filtered)) { \
         sk_race_3(tie_start, col_hi, col_lo, base, row, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, tie_rank, sweeps, all_mass, rank_col, rank_done); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -222,8 +222,8 @@
                         unsigned int col = (col_lo + li0); \
                         float zv = (zx0 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const unsigned int sk_e1080 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-                        unsigned int key = (sk_e1080 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1080) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e1020 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e1020 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1020) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -233,8 +233,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e1081 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1081 : (zv + sk_e1081)) : zv); \
+                            const float sk_e1021 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1021 : (zv + sk_e1021)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -247,8 +247,8 @@
                         unsigned int col = (col_lo + li1); \
                         float zv = (zx1 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const unsigned int sk_e1082 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-                        unsigned int key = (sk_e1082 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1082) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e1022 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e1022 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1022) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -258,8 +258,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e1083 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1083 : (zv + sk_e1083)) : zv); \
+                            const float sk_e1023 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1023 : (zv + sk_e1023)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -272,8 +272,8 @@
                         unsigned int col = (col_lo + li2); \
                         float zv = (zx2 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const unsigned int sk_e1084 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-                        unsigned int key = (sk_e1084 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1084) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e1024 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e1024 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1024) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -283,8 +283,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e1085 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1085 : (zv + sk_e1085)) : zv); \
+                            const float sk_e1025 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1025 : (zv + sk_e1025)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -297,8 +297,8 @@
                         unsigned int col = (col_lo + li3); \
                         float zv = (zx3 / temp); \
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-                        const unsigned int sk_e1086 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
-                        unsigned int key = (sk_e1086 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1086) >> 31u)) | 2147483648u)); \
+                        const unsigned int sk_e1026 = ((sk_bitcast<unsigned int>(ov) == 2147483648u) ? 0u : sk_bitcast<unsigned int>(ov)); \
+                        unsigned int key = (sk_e1026 ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e1026) >> 31u)) | 2147483648u)); \
                         float wv = (0.0f); \
                         bool ok = false; \
                         unsigned long long mv = 0ull; \
@@ -308,8 +308,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e1087 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1087 : (zv + sk_e1087)) : zv); \
+                            const float sk_e1027 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e1027 : (zv + sk_e1027)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -343,10 +343,10 @@
         /* built by kernels::abi::write_results */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const unsigned int sk_e1090 = (base + tok_at); \
-            const unsigned int sk_e1088 = (sk_e1090 - base); \
-            const float sk_e1089 = sk_load_x(sk_e1090); \
-            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e1088 >> 5u))] >> (sk_e1088 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e1089) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1089) : sk_bitcast<float>(4286578688u)) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+            const unsigned int sk_e1030 = (base + tok_at); \
+            const unsigned int sk_e1028 = (sk_e1030 - base); \
+            const float sk_e1029 = sk_load_x(sk_e1030); \
+            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e1028 >> 5u))] >> (sk_e1028 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e1029) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e1029) : sk_bitcast<float>(4286578688u)) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

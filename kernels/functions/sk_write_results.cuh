@@ -3,10 +3,10 @@
 // `sk_write_results`, included by each kernel that calls it
 #define sk_write_results(base, ow_at, row, temp, ow_valid, cut_mx, cut_mass) { \
     /* built by kernels::abi::write_results */ \
-    const unsigned int sk_e434 = (base + ow_at); \
-    const unsigned int sk_e432 = (sk_e434 - base); \
-    const float sk_e433 = sk_load_x(sk_e434); \
-    float ow_v_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e432 >> 5u))] >> (sk_e432 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e433) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e433) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e374 = (base + ow_at); \
+    const unsigned int sk_e372 = (sk_e374 - base); \
+    const float sk_e373 = sk_load_x(sk_e374); \
+    float ow_v_x = (((!((flags & 16384u) != 0u)) || (((allowed[((row * ((vocab + 31u) >> 5u)) + (sk_e372 >> 5u))] >> (sk_e372 & 31u)) & 1u) != 0u)) ? (((sk_bitcast<unsigned int>(sk_e373) & 2147483647u) > 2139095040u) ? (((flags & 32768u) != 0u) ? (-100000.0f) : sk_bitcast<float>(4286578688u)) : sk_e373) : sk_bitcast<float>(4286578688u)); \
     float ow_v = (ow_v_x / temp); \
     if ((threadIdx.x == 0u)) { \
         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(cut_mass)) : sk_bitcast<float>(4286578688u)); \

@@ -16,8 +16,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e414: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e414)) + 1lu), tn64, sk_e414)));
+    let sk_e354: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e354)) + 1lu), tn64, sk_e354)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -27,8 +27,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e415: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e415)) + 1lu), tn64, sk_e415)));
+        let sk_e355: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e355)) + 1lu), tn64, sk_e355)));
         t_least = ties;
         sel_m = t_sel_m;
         lim = t_lim;
@@ -57,8 +57,8 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e416: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e416 > best) || ((sk_e416 == best) && (w_i < best_i)))) {
+                    let sk_e356: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e356 > best) || ((sk_e356 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower_and
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -67,12 +67,12 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e418: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e417: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e418 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e418 + 0u)]))));
-                    if (((sk_e417 > best64) || ((sk_e417 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e358: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e357: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e358 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e358 + 0u)]))));
+                    if (((sk_e357 > best64) || ((sk_e357 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower_and
-                        let sk_e419: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e419 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e419 + 0u)]))));
+                        let sk_e359: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e359 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e359 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -103,14 +103,14 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
         var t_mine: u32 = 0u;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e422: u32 = (base + col);
-            let sk_e420: u32 = (sk_e422 - base);
-            let sk_e421: f32 = sk_load_x(sk_e422);
-            var tz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e421, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e421) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e420 >> 5u))] >> (sk_e420 & 31u)) & 1u) != 0u)));
+            let sk_e362: u32 = (base + col);
+            let sk_e360: u32 = (sk_e362 - base);
+            let sk_e361: f32 = sk_load_x(sk_e362);
+            var tz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e361, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e361) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e360 >> 5u))] >> (sk_e360 & 31u)) & 1u) != 0u)));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            let sk_e423: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
-            if ((((sk_e423 ^ (bitcast<u32>((bitcast<i32>(sk_e423) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e363: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e363 ^ (bitcast<u32>((bitcast<i32>(sk_e363) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 t_mine = (t_mine + 1u);
             }
         }
@@ -118,14 +118,14 @@ fn sk_attempt_cut_7(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         t_rank0 = sk_block_scan(sk_lid, t_mine);
         var t_rank: u32 = t_rank0;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e426: u32 = (base + col);
-            let sk_e424: u32 = (sk_e426 - base);
-            let sk_e425: f32 = sk_load_x(sk_e426);
-            var tz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e425, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e425) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e424 >> 5u))] >> (sk_e424 & 31u)) & 1u) != 0u)));
+            let sk_e366: u32 = (base + col);
+            let sk_e364: u32 = (sk_e366 - base);
+            let sk_e365: f32 = sk_load_x(sk_e366);
+            var tz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e365, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e365) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e364 >> 5u))] >> (sk_e364 & 31u)) & 1u) != 0u)));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
-            let sk_e427: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
-            if ((((sk_e427 ^ (bitcast<u32>((bitcast<i32>(sk_e427) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+            let sk_e367: u32 = select(bitcast<u32>(tov), 0u, (bitcast<u32>(tov) == 2147483648u));
+            if ((((sk_e367 ^ (bitcast<u32>((bitcast<i32>(sk_e367) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
                         if (cut_seeded) {

@@ -27,8 +27,8 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e391: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e391)) + 1lu), tn64, sk_e391)));
+    let sk_e331: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e331)) + 1lu), tn64, sk_e331)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -41,12 +41,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         var ri_key: u32 = 0u;
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
             // built by kernels::filter_top_p::select_in_range
-            let sk_e392: u32 = (ti / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e392) * 1317u) + (5u + ((ti - (sk_e392 * 640u)) * 2u)))]);
+            let sk_e332: u32 = (ti / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e332) * 1317u) + (5u + ((ti - (sk_e332 * 640u)) * 2u)))]);
         }
         var tk_key: u32 = ri_key;
-        let sk_e393: u32 = (ti / 640u);
-        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e393) * 1317u) + (6u + ((ti - (sk_e393 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+        let sk_e333: u32 = (ti / 640u);
+        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e333) * 1317u) + (6u + ((ti - (sk_e333 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
         if ((tk != 0u)) {
             var t_in: u32 = (t_top - tk);
             var t_d: u32 = t_in;
@@ -80,12 +80,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
                     var ri_key: u32 = 0u;
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                         // built by kernels::filter_top_p::select_in_range
-                        let sk_e394: u32 = (ti / 640u);
-                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e394) * 1317u) + (5u + ((ti - (sk_e394 * 640u)) * 2u)))]);
+                        let sk_e334: u32 = (ti / 640u);
+                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e334) * 1317u) + (5u + ((ti - (sk_e334 * 640u)) * 2u)))]);
                     }
                     var tk_key: u32 = ri_key;
-                    let sk_e395: u32 = (ti / 640u);
-                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e395) * 1317u) + (6u + ((ti - (sk_e395 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                    let sk_e335: u32 = (ti / 640u);
+                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e335) * 1317u) + (6u + ((ti - (sk_e335 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                     if ((tk != 0u)) {
                         sk_within(t_top, t_span_from, tk, t_span);
                     }
@@ -97,8 +97,8 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e396: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e396, 463u)]), (sk_e396 < 464u)));
+                let sk_e336: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e336, 463u)]), (sk_e336 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -131,12 +131,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var ri_key: u32 = 0u;
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e398: u32 = (ti / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e398) * 1317u) + (5u + ((ti - (sk_e398 * 640u)) * 2u)))]);
+                let sk_e338: u32 = (ti / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e338) * 1317u) + (5u + ((ti - (sk_e338 * 640u)) * 2u)))]);
             }
             var tk_key: u32 = ri_key;
-            let sk_e399: u32 = (ti / 640u);
-            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e399) * 1317u) + (6u + ((ti - (sk_e399 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+            let sk_e339: u32 = (ti / 640u);
+            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e339) * 1317u) + (6u + ((ti - (sk_e339 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
             if ((tk != 0u)) {
                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
             }
@@ -166,18 +166,18 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         var ri_p: u32 = (i / 640u);
         var ri_key: u32 = 0u;
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-            let sk_e400: u32 = (i / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e400) * 1317u) + (5u + ((i - (sk_e400 * 640u)) * 2u)))]);
+            let sk_e340: u32 = (i / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e340) * 1317u) + (5u + ((i - (sk_e340 * 640u)) * 2u)))]);
         }
         var rk: u32 = ri_key;
-        let sk_e401: u32 = (i / 640u);
-        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e401) * 1317u) + (6u + ((i - (sk_e401 * 640u)) * 2u)))]);
+        let sk_e341: u32 = (i / 640u);
+        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e341) * 1317u) + (6u + ((i - (sk_e341 * 640u)) * 2u)))]);
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) {
-            let sk_e404: u32 = (base + rcol);
-            let sk_e402: u32 = (sk_e404 - base);
-            let sk_e403: f32 = sk_load_x(sk_e404);
-            var rz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e403, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e403) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e402 >> 5u))] >> (sk_e402 & 31u)) & 1u) != 0u)));
+            let sk_e344: u32 = (base + rcol);
+            let sk_e342: u32 = (sk_e344 - base);
+            let sk_e343: f32 = sk_load_x(sk_e344);
+            var rz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e343, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e343) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e342 >> 5u))] >> (sk_e342 & 31u)) & 1u) != 0u)));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {
                 sk_race_one_6(rov, noisy, row, rcol, &best64, &best64_i);
@@ -196,14 +196,14 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e409: u32 = (base + select(0u, sk_tok, sk_valid));
-        let sk_e407: u32 = (sk_e409 - base);
-        let sk_e408: f32 = sk_load_x(sk_e409);
-        var sk_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e408, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e408) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e407 >> 5u))] >> (sk_e407 & 31u)) & 1u) != 0u)));
+        let sk_e349: u32 = (base + select(0u, sk_tok, sk_valid));
+        let sk_e347: u32 = (sk_e349 - base);
+        let sk_e348: f32 = sk_load_x(sk_e349);
+        var sk_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e348, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e348) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e347 >> 5u))] >> (sk_e347 & 31u)) & 1u) != 0u)));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e411: u32 = bitcast<u32>((sk_z - cut_mx));
-        let sk_e410: u32 = select(sk_e411, 0u, (sk_e411 == 2147483648u));
-        var sk_key: u32 = (sk_e410 ^ (bitcast<u32>((bitcast<i32>(sk_e410) >> 31u)) | 2147483648u));
+        let sk_e351: u32 = bitcast<u32>((sk_z - cut_mx));
+        let sk_e350: u32 = select(sk_e351, 0u, (sk_e351 == 2147483648u));
+        var sk_key: u32 = (sk_e350 ^ (bitcast<u32>((bitcast<i32>(sk_e350) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept
@@ -211,12 +211,12 @@ fn sk_attempt_cut_8(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp
             var ri_key: u32 = 0u;
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e412: u32 = (i / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e412) * 1317u) + (5u + ((i - (sk_e412 * 640u)) * 2u)))]);
+                let sk_e352: u32 = (i / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e352) * 1317u) + (5u + ((i - (sk_e352 * 640u)) * 2u)))]);
             }
             var sk_k: u32 = ri_key;
-            let sk_e413: u32 = (i / 640u);
-            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e413) * 1317u) + (6u + ((i - (sk_e413 * 640u)) * 2u)))]) < sk_tok))))) {
+            let sk_e353: u32 = (i / 640u);
+            if (((sk_k != 0u) && ((sk_k > sk_key) || ((sk_k == sk_key) && (atomicLoad(&partials[((((row_slot * parts) + sk_e353) * 1317u) + (6u + ((i - (sk_e353 * 640u)) * 2u)))]) < sk_tok))))) {
                 sk_ahead = (sk_ahead + sk_fixed(sk_exp_nonpositive(bitcast<f32>((sk_k ^ ((bitcast<u32>((bitcast<i32>(sk_k) >> 31u)) ^ 4294967295u) | 2147483648u))))));
             }
         }

@@ -44,8 +44,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e376: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e376)) + 1lu), tn64, sk_e376)));
+    let sk_e316: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e316)) + 1lu), tn64, sk_e316)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -98,8 +98,8 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e377: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e377, 463u)]), (sk_e377 < 464u)));
+                let sk_e317: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e317, 463u)]), (sk_e317 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -160,10 +160,10 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (sk_exp_nonpositive(rov) >= mp)))) {
-            let sk_e381: u32 = (base + rcol);
-            let sk_e379: u32 = (sk_e381 - base);
-            let sk_e380: f32 = sk_load_x(sk_e381);
-            var rz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e380, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e380) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e379 >> 5u))] >> (sk_e379 & 31u)) & 1u) != 0u)));
+            let sk_e321: u32 = (base + rcol);
+            let sk_e319: u32 = (sk_e321 - base);
+            let sk_e320: f32 = sk_load_x(sk_e321);
+            var rz_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e320, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e320) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e319 >> 5u))] >> (sk_e319 & 31u)) & 1u) != 0u)));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {
                 sk_race_one_6(rov, noisy, row, rcol, &best64, &best64_i);
@@ -182,14 +182,14 @@ fn sk_attempt_cut_9(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e386: u32 = (base + select(0u, sk_tok, sk_valid));
-        let sk_e384: u32 = (sk_e386 - base);
-        let sk_e385: f32 = sk_load_x(sk_e386);
-        var sk_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e385, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e385) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e384 >> 5u))] >> (sk_e384 & 31u)) & 1u) != 0u)));
+        let sk_e326: u32 = (base + select(0u, sk_tok, sk_valid));
+        let sk_e324: u32 = (sk_e326 - base);
+        let sk_e325: f32 = sk_load_x(sk_e326);
+        var sk_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e325, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e325) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e324 >> 5u))] >> (sk_e324 & 31u)) & 1u) != 0u)));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e388: u32 = bitcast<u32>((sk_z - cut_mx));
-        let sk_e387: u32 = select(sk_e388, 0u, (sk_e388 == 2147483648u));
-        var sk_key: u32 = (sk_e387 ^ (bitcast<u32>((bitcast<i32>(sk_e387) >> 31u)) | 2147483648u));
+        let sk_e328: u32 = bitcast<u32>((sk_z - cut_mx));
+        let sk_e327: u32 = select(sk_e328, 0u, (sk_e328 == 2147483648u));
+        var sk_key: u32 = (sk_e327 ^ (bitcast<u32>((bitcast<i32>(sk_e327) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

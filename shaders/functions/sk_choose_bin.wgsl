@@ -7,8 +7,8 @@ fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr
     var t_my_above: u32 = *sk_io_t_my_above;
     var t_my_at: u32 = *sk_io_t_my_at;
     // built by kernels::select::choose_bin
-    let sk_e378: u32 = (t_lo + tj);
-    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e378, 463u)]), (sk_e378 < 464u));
+    let sk_e318: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e318, 463u)]), (sk_e318 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         t_my_bin = ((t_lo + tj) + 1u);
         t_my_above = (t_run - t_above);

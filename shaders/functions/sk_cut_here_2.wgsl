@@ -89,21 +89,21 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                 var part_m_range: u64 = 0lu;
                 part_m_range = sk_block_sum_u64(sk_lid, m_range);
                 var part_w_below: f32 = (0.0f);
-                let sk_e208: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                let sk_e207: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e208))) + abs((cut_above_from * sk_e208))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
-                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e207), (0.0f), (sk_e207 == bitcast<f32>(4286578688u)))));
+                let sk_e148: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                let sk_e147: f32 = min((((max_below_x / temp) - part_mx) + ((((abs(part_mx) + abs((cut_range_from * sk_e148))) + abs((cut_above_from * sk_e148))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e147), (0.0f), (sk_e147 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
-                let sk_e209: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
-                part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e209 ^ (bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                let sk_e149: u32 = select(bitcast<u32>(min_above), 0u, (bitcast<u32>(min_above) == 2147483648u));
+                part_min_above_not = sk_block_max_u32(sk_lid, select(((sk_e149 ^ (bitcast<u32>((bitcast<i32>(sk_e149) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;
-                let sk_e210: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
-                part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e210 ^ (bitcast<u32>((bitcast<i32>(sk_e210) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                let sk_e150: u32 = select(bitcast<u32>(min_range), 0u, (bitcast<u32>(min_range) == 2147483648u));
+                part_min_range_not = sk_block_max_u32(sk_lid, select(((sk_e150 ^ (bitcast<u32>((bitcast<i32>(sk_e150) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
                 var part_max_range: u32 = 0u;
-                let sk_e211: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
-                part_max_range = sk_block_max_u32(sk_lid, select((sk_e211 ^ (bitcast<u32>((bitcast<i32>(sk_e211) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                let sk_e151: u32 = select(bitcast<u32>(max_range_v), 0u, (bitcast<u32>(max_range_v) == 2147483648u));
+                part_max_range = sk_block_max_u32(sk_lid, select((sk_e151 ^ (bitcast<u32>((bitcast<i32>(sk_e151) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                 var part_max_below: u32 = 0u;
-                let sk_e212: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
-                part_max_below = sk_block_max_u32(sk_lid, select((sk_e212 ^ (bitcast<u32>((bitcast<i32>(sk_e212) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                let sk_e152: u32 = select(bitcast<u32>(max_below_v), 0u, (bitcast<u32>(max_below_v) == 2147483648u));
+                part_max_below = sk_block_max_u32(sk_lid, select((sk_e152 ^ (bitcast<u32>((bitcast<i32>(sk_e152) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                 var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                 var part_best: f32 = (0.0f);
                 var part_best_i: u32 = 0u;
@@ -143,10 +143,10 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: 
                         // built by kernels::filter_top_p::race_tied_range
                         for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
                             var rt_col: u32 = atomicLoad(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]);
-                            let sk_e215: u32 = (base + rt_col);
-                            let sk_e213: u32 = (sk_e215 - base);
-                            let sk_e214: f32 = sk_load_x(sk_e215);
-                            var rt_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e214, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e214) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e213 >> 5u))] >> (sk_e213 & 31u)) & 1u) != 0u)));
+                            let sk_e155: u32 = (base + rt_col);
+                            let sk_e153: u32 = (sk_e155 - base);
+                            let sk_e154: f32 = sk_load_x(sk_e155);
+                            var rt_z_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e154, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e154) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e153 >> 5u))] >> (sk_e153 & 31u)) & 1u) != 0u)));
                             var rt_z: f32 = (rt_z_x / temp);
                             var rt_ov: f32 = (rt_z - part_mx);
                             if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {

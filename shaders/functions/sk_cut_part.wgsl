@@ -36,8 +36,8 @@ fn sk_cut_part(col_lo: u32, li0: u32, zx0: f32, cut_x_above: f32, temp: f32, par
                     var cut_at: u32 = 0u;
                     cut_at = atomicAdd(&cut_listing[0u], 1u);
                     if ((cut_at < 640u)) {
-                        let sk_e76: u32 = select(bitcast<u32>(cov), 0u, (bitcast<u32>(cov) == 2147483648u));
-                        atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (sk_e76 ^ (bitcast<u32>((bitcast<i32>(sk_e76) >> 31u)) | 2147483648u)));
+                        let sk_e61: u32 = select(bitcast<u32>(cov), 0u, (bitcast<u32>(cov) == 2147483648u));
+                        atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (sk_e61 ^ (bitcast<u32>((bitcast<i32>(sk_e61) >> 31u)) | 2147483648u)));
                         atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                     }
                 } else {

@@ -34,7 +34,7 @@ fn sk_cut_part_17(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             zx2 = sk_load_x((zx_at + 2u));
             zx3 = sk_load_x((zx_at + 3u));
         } else {
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_14(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {
@@ -125,7 +125,7 @@ fn sk_cut_part_17(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             zx2 = sk_load_x((zx_at + 2u));
             zx3 = sk_load_x((zx_at + 3u));
         } else {
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_14(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {
@@ -215,7 +215,7 @@ fn sk_cut_part_17(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
                 zx2 = sk_load_x((zx_at + 2u));
                 zx3 = sk_load_x((zx_at + 3u));
             } else {
-                sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+                sk_load_quad_as_14(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
             }
             var li0: u32 = (i0 + 0u);
             {
@@ -261,7 +261,7 @@ fn sk_cut_part_17(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
                 zx2 = sk_load_x((zx_at + 2u));
                 zx3 = sk_load_x((zx_at + 3u));
             } else {
-                sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+                sk_load_quad_as_14(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
             }
             var li0: u32 = (i0 + 0u);
             {

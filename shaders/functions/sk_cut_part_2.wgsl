@@ -7,8 +7,8 @@ fn sk_cut_part_2(zx0: f32, cut_rcp_t: f32, cut_w0: u32, cut_race: u32, mp: f32, 
     var up2: f32 = *sk_io_up2;
     var up1_i: u32 = *sk_io_up1_i;
     // built by kernels::filter_top_p::cut_part
-    let sk_e83: f32 = (zx0 * cut_rcp_t);
-    var cut_may: bool = ((((sk_e83 + (abs(sk_e83) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e83 >= (1.7014118e38f)));
+    let sk_e68: f32 = (zx0 * cut_rcp_t);
+    var cut_may: bool = ((((sk_e68 + (abs(sk_e68) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e68 >= (1.7014118e38f)));
     if ((cut_may && ((cut_race & sk_c0) != 0u))) {
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp))) {
             var un: f32 = sk_uniform(cut_w0);

@@ -6,8 +6,8 @@ fn sk_cut_part_3(col_lo: u32, li0: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_p::cut_part
     var w4: vec4<u32> = sk_philox(vec4<u32>((((col_lo + li0) & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e166: u32 = ((col_lo + li0) & 3u);
-    var score: f32 = (cut_rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e166 == 1u)), w4[2], (sk_e166 == 2u)), w4[3], (sk_e166 == 3u))));
+    let sk_e121: u32 = ((col_lo + li0) & 3u);
+    var score: f32 = (cut_rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e121 == 1u)), w4[2], (sk_e121 == 2u)), w4[3], (sk_e121 == 3u))));
     if (((score > best) || ((score == best) && ((col_lo + li0) < best_i)))) {
         // built by kernels::filter_top_k::keep_lower_and
         best = score;

@@ -27,9 +27,12 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
         var zx_at: u32 = (base + (col_lo + i0));
         let sk_e43: u32 = (col_lo + i0);
         if (((sk_e43 < col_hi) && ((col_hi - sk_e43) >= 4u))) {
-            sk_load_quad_as_15(zx_at, base, row, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_13(zx_at, &zx0, &zx1, &zx2, &zx3);
         } else {
-            sk_load_quad_as_14(col_lo, i0, col_hi, base, row, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_12(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+        }
+        if (((params.flags & 16384u) != 0u)) {
+            sk_load_logit_quad(col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {
@@ -69,9 +72,9 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
             // built by kernels::filter_top_p::cut_part
             cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
             if ((((cut_race & 1u) != 0u) && ((mp <= (0.0f)) || (sk_exp_nonpositive(((zx0 / temp) - part_mx)) >= mp)))) {
-                let sk_e80: f32 = sk_uniform(cw4[0]);
-                let sk_e81: f32 = (zx0 * cut_rcp_t);
-                cut_lo0 = ((sk_e81 - (abs(sk_e81) * (9.536743e-7f))) + ((((((f32(bitcast<u32>(sk_e80)) * (1.1920929e-7f)) - (127.0f)) - ((f32(bitcast<u32>(((1.0f) - sk_e80))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f)));
+                let sk_e65: f32 = sk_uniform(cw4[0]);
+                let sk_e66: f32 = (zx0 * cut_rcp_t);
+                cut_lo0 = ((sk_e66 - (abs(sk_e66) * (9.536743e-7f))) + ((((((f32(bitcast<u32>(sk_e65)) * (1.1920929e-7f)) - (127.0f)) - ((f32(bitcast<u32>(((1.0f) - sk_e65))) * (1.1920929e-7f)) - (127.0f))) - (0.0861f)) * (0.6931472f)) - (0.0045f)));
             }
         }
         var cut_first: f32 = (0.0f);
@@ -79,8 +82,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
         lo_best = cut_first;
         if ((cut_race != 0u)) {
             // built by kernels::filter_top_p::cut_part
-            let sk_e82: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
-            var cut_quad: bool = ((((sk_e82 + (abs(sk_e82) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e82 >= (1.7014118e38f)));
+            let sk_e67: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
+            var cut_quad: bool = ((((sk_e67 + (abs(sk_e67) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e67 >= (1.7014118e38f)));
             if (cut_quad) {
                 var cut_w0: u32 = cw4[0];
                 {
@@ -111,11 +114,14 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
         var zx2: f32 = bitcast<f32>(4286578688u);
         var zx3: f32 = bitcast<f32>(4286578688u);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e87: u32 = (col_lo + i0);
-        if (((sk_e87 < col_hi) && ((col_hi - sk_e87) >= 4u))) {
-            sk_load_quad_as_15(zx_at, base, row, &zx0, &zx1, &zx2, &zx3);
+        let sk_e72: u32 = (col_lo + i0);
+        if (((sk_e72 < col_hi) && ((col_hi - sk_e72) >= 4u))) {
+            sk_load_quad_as_13(zx_at, &zx0, &zx1, &zx2, &zx3);
         } else {
-            sk_load_quad_as_14(col_lo, i0, col_hi, base, row, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_12(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+        }
+        if (((params.flags & 16384u) != 0u)) {
+            sk_load_logit_quad(col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {
@@ -152,8 +158,8 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
         if ((cut_race != 0u)) {
             // built by kernels::filter_top_p::cut_part
             var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-            let sk_e124: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
-            var cut_quad: bool = ((((sk_e124 + (abs(sk_e124) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e124 >= (1.7014118e38f)));
+            let sk_e94: f32 = (max(max(max(select(bitcast<f32>(4286578688u), zx0, ((cut_race & 1u) != 0u)), select(bitcast<f32>(4286578688u), zx1, ((cut_race & 2u) != 0u))), select(bitcast<f32>(4286578688u), zx2, ((cut_race & 4u) != 0u))), select(bitcast<f32>(4286578688u), zx3, ((cut_race & 8u) != 0u))) * cut_rcp_t);
+            var cut_quad: bool = ((((sk_e94 + (abs(sk_e94) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(cw4[0], cw4[1]), max(cw4[2], cw4[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (sk_e94 >= (1.7014118e38f)));
             if (cut_quad) {
                 var cut_w0: u32 = cw4[0];
                 {
@@ -177,14 +183,14 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
     var cut_screen_floor: f32 = (0.0f);
     cut_screen_floor = sk_block_max_f32(sk_lid, lo_best);
     if (((up1_i != 4294967295u) && (up1 >= cut_screen_floor))) {
-        let sk_e131: u32 = (base + up1_i);
-        let sk_e129: u32 = (sk_e131 - base);
-        let sk_e130: f32 = sk_load_x(sk_e131);
-        var cut_win_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e130, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e129 >> 5u))] >> (sk_e129 & 31u)) & 1u) != 0u)));
+        let sk_e101: u32 = (base + up1_i);
+        let sk_e99: u32 = (sk_e101 - base);
+        let sk_e100: f32 = sk_load_x(sk_e101);
+        var cut_win_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e100, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e99 >> 5u))] >> (sk_e99 & 31u)) & 1u) != 0u)));
         var cut_win: f32 = (cut_win_x / temp);
         var w4: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e132: u32 = (up1_i & 3u);
-        var score: f32 = (cut_win + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e132 == 1u)), w4[2], (sk_e132 == 2u)), w4[3], (sk_e132 == 3u))));
+        let sk_e102: u32 = (up1_i & 3u);
+        var score: f32 = (cut_win + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e102 == 1u)), w4[2], (sk_e102 == 2u)), w4[3], (sk_e102 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
             // built by kernels::filter_top_k::keep_lower_and
             best = score;
@@ -200,11 +206,14 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
             var zx2: f32 = bitcast<f32>(4286578688u);
             var zx3: f32 = bitcast<f32>(4286578688u);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e133: u32 = (col_lo + i0);
-            if (((sk_e133 < col_hi) && ((col_hi - sk_e133) >= 4u))) {
-                sk_load_quad_as_15(zx_at, base, row, &zx0, &zx1, &zx2, &zx3);
+            let sk_e103: u32 = (col_lo + i0);
+            if (((sk_e103 < col_hi) && ((col_hi - sk_e103) >= 4u))) {
+                sk_load_quad_as_13(zx_at, &zx0, &zx1, &zx2, &zx3);
             } else {
-                sk_load_quad_as_14(col_lo, i0, col_hi, base, row, &zx0, &zx1, &zx2, &zx3);
+                sk_load_quad_as_12(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            }
+            if (((params.flags & 16384u) != 0u)) {
+                sk_load_logit_quad(col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
             }
             var li0: u32 = (i0 + 0u);
             {
@@ -242,11 +251,14 @@ fn sk_cut_part_4(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, row: u32, cut
             var zx2: f32 = bitcast<f32>(4286578688u);
             var zx3: f32 = bitcast<f32>(4286578688u);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e170: u32 = (col_lo + i0);
-            if (((sk_e170 < col_hi) && ((col_hi - sk_e170) >= 4u))) {
-                sk_load_quad_as_15(zx_at, base, row, &zx0, &zx1, &zx2, &zx3);
+            let sk_e125: u32 = (col_lo + i0);
+            if (((sk_e125 < col_hi) && ((col_hi - sk_e125) >= 4u))) {
+                sk_load_quad_as_13(zx_at, &zx0, &zx1, &zx2, &zx3);
             } else {
-                sk_load_quad_as_14(col_lo, i0, col_hi, base, row, &zx0, &zx1, &zx2, &zx3);
+                sk_load_quad_as_12(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            }
+            if (((params.flags & 16384u) != 0u)) {
+                sk_load_logit_quad(col_lo, i0, row, &zx0, &zx1, &zx2, &zx3);
             }
             var li0: u32 = (i0 + 0u);
             {

@@ -23,8 +23,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e258: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e258 + 1288u)])) - f32(atomicLoad(&partials[(sk_e258 + 1286u)]))) + (1.0f));
+            let sk_e198: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e198 + 1288u)])) - f32(atomicLoad(&partials[(sk_e198 + 1286u)]))) + (1.0f));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -133,8 +133,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
             var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, tot_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e370: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e370 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e370 > max_below_all));
+            let sk_e310: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e310 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e310 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut
@@ -165,8 +165,8 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e371: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e371 > best) || ((sk_e371 == best) && (w_i < best_i)))) {
+                    let sk_e311: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                    if (((sk_e311 > best) || ((sk_e311 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower_and
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
@@ -175,12 +175,12 @@ fn sk_cut_row_3(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e373: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e372: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e373 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e373 + 0u)]))));
-                    if (((sk_e372 > best64) || ((sk_e372 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e313: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                    let sk_e312: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e313 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e313 + 0u)]))));
+                    if (((sk_e312 > best64) || ((sk_e312 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower_and
-                        let sk_e374: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e374 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e374 + 0u)]))));
+                        let sk_e314: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e314 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e314 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }

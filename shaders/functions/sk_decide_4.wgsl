@@ -41,8 +41,8 @@ fn sk_decide_4(sk_lid: u32, t_round: u32, n_items: u32, want: u32, slot: u32, pa
         var t_run: u32 = 0u;
         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
             // built by kernels::select::choose_bin
-            let sk_e497: u32 = (t_lo + tj);
-            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e497, 463u)]), (sk_e497 < 464u)));
+            let sk_e437: u32 = (t_lo + tj);
+            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e437, 463u)]), (sk_e437 < 464u)));
         }
         var t_start: u32 = 0u;
         t_start = sk_block_scan(sk_lid, t_run);

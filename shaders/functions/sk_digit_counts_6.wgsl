@@ -20,14 +20,14 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, row: u32
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e747: u32 = (base + col);
-            let sk_e745: u32 = (sk_e747 - base);
-            let sk_e746: f32 = sk_load_x(sk_e747);
-            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e746, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e746) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e745 >> 5u))] >> (sk_e745 & 31u)) & 1u) != 0u)));
+            let sk_e687: u32 = (base + col);
+            let sk_e685: u32 = (sk_e687 - base);
+            let sk_e686: f32 = sk_load_x(sk_e687);
+            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e686, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e686) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e685 >> 5u))] >> (sk_e685 & 31u)) & 1u) != 0u)));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            let sk_e748: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-            var key: u32 = (sk_e748 ^ (bitcast<u32>((bitcast<i32>(sk_e748) >> 31u)) | 2147483648u));
+            let sk_e688: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e688 ^ (bitcast<u32>((bitcast<i32>(sk_e688) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;

@@ -18,8 +18,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e708: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e708 - sel_a), sk_e708, in_a);
+    let sk_e648: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e648 - sel_a), sk_e648, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -70,14 +70,14 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e738: u32 = (base + col);
-            let sk_e736: u32 = (sk_e738 - base);
-            let sk_e737: f32 = sk_load_x(sk_e738);
-            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e737, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e737) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e736 >> 5u))] >> (sk_e736 & 31u)) & 1u) != 0u)));
+            let sk_e678: u32 = (base + col);
+            let sk_e676: u32 = (sk_e678 - base);
+            let sk_e677: f32 = sk_load_x(sk_e678);
+            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e677, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e677) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e676 >> 5u))] >> (sk_e676 & 31u)) & 1u) != 0u)));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            let sk_e739: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-            var key: u32 = (sk_e739 ^ (bitcast<u32>((bitcast<i32>(sk_e739) >> 31u)) | 2147483648u));
+            let sk_e679: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e679 ^ (bitcast<u32>((bitcast<i32>(sk_e679) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -95,14 +95,14 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e742: u32 = (base + col);
-            let sk_e740: u32 = (sk_e742 - base);
-            let sk_e741: f32 = sk_load_x(sk_e742);
-            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e741, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e741) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e740 >> 5u))] >> (sk_e740 & 31u)) & 1u) != 0u)));
+            let sk_e682: u32 = (base + col);
+            let sk_e680: u32 = (sk_e682 - base);
+            let sk_e681: f32 = sk_load_x(sk_e682);
+            var lx: f32 = select(bitcast<f32>(4286578688u), select(sk_e681, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e681) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e680 >> 5u))] >> (sk_e680 & 31u)) & 1u) != 0u)));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-            let sk_e743: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-            var key: u32 = (sk_e743 ^ (bitcast<u32>((bitcast<i32>(sk_e743) >> 31u)) | 2147483648u));
+            let sk_e683: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+            var key: u32 = (sk_e683 ^ (bitcast<u32>((bitcast<i32>(sk_e683) >> 31u)) | 2147483648u));
             var wv: f32 = (0.0f);
             var ok: bool = false;
             var mv: u64 = 0lu;
@@ -136,8 +136,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e744: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e744 == (sel_n + min(sel_tn, 64u))) || (!((sk_e744 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e684: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e684 == (sel_n + min(sel_tn, 64u))) || (!((sk_e684 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -11,8 +11,8 @@ fn sk_for_each_column_then_12(x0: f32, temp: f32, row: u32, col: u32, noisy: boo
     var comp: f32 = *sk_io_comp;
     // built by kernels::abi::for_each_column_then
     var z: f32 = (x0 / temp);
-    let sk_e34: u32 = (row * 12u);
-    var sh: u32 = sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col);
+    let sk_e19: u32 = (row * 12u);
+    var sh: u32 = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col);
     if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
         // built by kernels::seeded::seeded_logits_row
         var g32_any: f32 = sk_seeded_gumbel_screen(sh);

@@ -7,12 +7,12 @@ fn sk_for_each_column_then_13(c0: u32, col_hi: u32, base: u32, row: u32, temp: f
     // built by kernels::abi::for_each_column_then
     var col: u32 = (c0 + sk_c0);
     if ((col < col_hi)) {
-        let sk_e77: u32 = (base + col);
-        let sk_e75: u32 = (sk_e77 - base);
-        let sk_e76: f32 = sk_load_x(sk_e77);
-        var rz: f32 = (select(bitcast<f32>(4286578688u), select(sk_e76, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e75 >> 5u))] >> (sk_e75 & 31u)) & 1u) != 0u))) / temp);
-        let sk_e78: u32 = (row * 12u);
-        var rh: u32 = sk_murmur3(rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)], rows[(sk_e78 + 10u)], col);
+        let sk_e46: u32 = (base + col);
+        let sk_e44: u32 = (sk_e46 - base);
+        let sk_e45: f32 = sk_load_x(sk_e46);
+        var rz: f32 = (select(bitcast<f32>(4286578688u), select(sk_e45, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e44 >> 5u))] >> (sk_e44 & 31u)) & 1u) != 0u))) / temp);
+        let sk_e47: u32 = (row * 12u);
+        var rh: u32 = sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col);
         if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
             // built by kernels::seeded::seeded_logits_finish
             var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -21,17 +21,17 @@ fn sk_for_each_column_then_13(c0: u32, col_hi: u32, base: u32, row: u32, temp: f
             var sv32: f32 = (select((0.0f), rz, finite) + g32);
             var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
             if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                let sk_e82: u32 = (base + col);
-                let sk_e80: u32 = (sk_e82 - base);
-                let sk_e81: f32 = sk_load_x(sk_e82);
-                let sk_e79: f32 = (select(bitcast<f32>(4286578688u), select(sk_e81, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e80 >> 5u))] >> (sk_e80 & 31u)) & 1u) != 0u))) / temp);
-                var p: f32 = (select(select(sk_exp((sk_e79 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e79 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                let sk_e51: u32 = (base + col);
+                let sk_e49: u32 = (sk_e51 - base);
+                let sk_e50: f32 = sk_load_x(sk_e51);
+                let sk_e48: f32 = (select(bitcast<f32>(4286578688u), select(sk_e50, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e49 >> 5u))] >> (sk_e49 & 31u)) & 1u) != 0u))) / temp);
+                var p: f32 = (select(select(sk_exp((sk_e48 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e48 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                 var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                 var s64: f64 = lp;
                 if (noisy) {
                     // built by kernels::seeded::score64
-                    let sk_e83: u32 = (row * 12u);
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], col)));
+                    let sk_e52: u32 = (row * 12u);
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)], rows[(sk_e52 + 10u)], col)));
                 }
                 if (((s64 > best) || (best_i == 4294967295u))) {
                     // built by kernels::seeded::keep_best

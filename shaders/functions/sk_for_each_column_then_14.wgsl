@@ -11,16 +11,16 @@ fn sk_for_each_column_then_14(c0: u32, col_hi: u32, base: u32, row: u32, rcp_t: 
     // built by kernels::abi::for_each_column_then
     var col: u32 = (c0 + sk_c0);
     if ((col < col_hi)) {
-        let sk_e76: u32 = (base + col);
-        let sk_e74: u32 = (sk_e76 - base);
-        let sk_e75: f32 = sk_load_x(sk_e76);
-        var xv: f32 = select(bitcast<f32>(4286578688u), select(sk_e75, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e74 >> 5u))] >> (sk_e74 & 31u)) & 1u) != 0u)));
-        let sk_e77: f32 = (xv * rcp_t);
-        if (((sk_e77 > bitcast<f32>(4286578688u)) && ((((sk_e77 + (abs(sk_e77) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e77 >= (1.7014118e38f))))) {
+        let sk_e44: u32 = (base + col);
+        let sk_e42: u32 = (sk_e44 - base);
+        let sk_e43: f32 = sk_load_x(sk_e44);
+        var xv: f32 = select(bitcast<f32>(4286578688u), select(sk_e43, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e42 >> 5u))] >> (sk_e42 & 31u)) & 1u) != 0u)));
+        let sk_e45: f32 = (xv * rcp_t);
+        if (((sk_e45 > bitcast<f32>(4286578688u)) && ((((sk_e45 + (abs(sk_e45) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e45 >= (1.7014118e38f))))) {
             // built by kernels::race::screened_pass
-            let sk_e78: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-            let sk_e79: u32 = (col & 3u);
-            var wj: u32 = select(select(select(sk_e78[3], sk_e78[2], (sk_e79 == 2u)), sk_e78[1], (sk_e79 == 1u)), sk_e78[0], (sk_e79 == 0u));
+            let sk_e46: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+            let sk_e47: u32 = (col & 3u);
+            var wj: u32 = select(select(select(sk_e46[3], sk_e46[2], (sk_e47 == 2u)), sk_e46[1], (sk_e47 == 1u)), sk_e46[0], (sk_e47 == 0u));
             var sv: f32 = (xv / temp);
             if ((sv == bitcast<f32>(2139095040u))) {
                 top_n = (top_n + 1u);

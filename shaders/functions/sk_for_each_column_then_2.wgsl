@@ -9,36 +9,52 @@ fn sk_for_each_column_then_2(base: u32, c0: u32, col_hi: u32, row: u32, temp: f3
     var x3: f32 = bitcast<f32>(4286578688u);
     var x_at: u32 = (base + c0);
     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-        sk_load_quad_as_2(x_at, base, row, &x0, &x1, &x2, &x3);
+        // built by kernels::abi::load_quad_as
+        let sk_e0: f32 = sk_load_x((x_at + 0u));
+        x0 = select(sk_e0, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+        let sk_e1: f32 = sk_load_x((x_at + 1u));
+        x1 = select(sk_e1, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+        let sk_e2: f32 = sk_load_x((x_at + 2u));
+        x2 = select(sk_e2, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+        let sk_e3: f32 = sk_load_x((x_at + 3u));
+        x3 = select(sk_e3, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
     } else {
-        sk_load_quad_as(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
+        sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
+    }
+    if (((params.flags & 16384u) != 0u)) {
+        // built by kernels::abi::load_logit_quad
+        var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+        x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+        x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+        x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+        x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
     }
     {
         var col: u32 = (c0 + 0u);
         if ((col < col_hi)) {
-            let sk_e32: f32 = (x0 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e32 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e32 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+            let sk_e16: f32 = (x0 / temp);
+            probs[(base + col)] = (select(select(sk_exp((sk_e16 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e16 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
         }
     }
     {
         var col: u32 = (c0 + 1u);
         if ((col < col_hi)) {
-            let sk_e33: f32 = (x1 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e33 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e33 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+            let sk_e17: f32 = (x1 / temp);
+            probs[(base + col)] = (select(select(sk_exp((sk_e17 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e17 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
         }
     }
     {
         var col: u32 = (c0 + 2u);
         if ((col < col_hi)) {
-            let sk_e34: f32 = (x2 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e34 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+            let sk_e18: f32 = (x2 / temp);
+            probs[(base + col)] = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
         }
     }
     {
         var col: u32 = (c0 + 3u);
         if ((col < col_hi)) {
-            let sk_e35: f32 = (x3 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e35 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e35 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+            let sk_e19: f32 = (x3 / temp);
+            probs[(base + col)] = (select(select(sk_exp((sk_e19 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
         }
     }
 }

@@ -149,9 +149,9 @@ fn sk_for_each_read(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row: u32, 
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e615: u32 = listed_cols[(1285u + r)];
-        let sk_e614: f32 = bitcast<f32>((sk_e615 ^ ((bitcast<u32>((bitcast<i32>(sk_e615) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select(select(sk_exp((sk_e614 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e614 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+        let sk_e555: u32 = listed_cols[(1285u + r)];
+        let sk_e554: f32 = bitcast<f32>((sk_e555 ^ ((bitcast<u32>((bitcast<i32>(sk_e555) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select(select(sk_exp((sk_e554 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e554 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

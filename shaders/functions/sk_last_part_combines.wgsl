@@ -46,8 +46,8 @@ fn sk_last_part_combines(sk_lid: u32, parts: u32, row_slot: u32, row: u32) {
     if ((tops > 0u)) {
         sk_whole_row_results(sk_lid, top, top_i, &tok);
     }
-    let sk_e35: bool = (tok == 4294967295u);
-    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e35)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e35);
+    let sk_e19: bool = (tok == 4294967295u);
+    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e19)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e19);
     if ((tok == 4294967295u)) {
         // built by kernels::combine::combine_row
         tok = 0u;

@@ -10,21 +10,21 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e435: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e435 + 3u)]), atomicLoad(&partials[(sk_e435 + 4u)]));
-        let sk_e438: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e436: f32 = select((0.0f), (1.0f), (sk_e438 == bitcast<f32>(2139095040u)));
-        let sk_e437: f32 = (sk_e438 - row_m);
-        let sk_e439: bool = (row_m == bitcast<f32>(4286578688u));
-        let sk_e440: bool = (row_m == bitcast<f32>(2139095040u));
-        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e437), (0.0f), sk_e439), sk_e436, sk_e440) > (0.0f)) && (select(select(sk_exp(sk_e437), (0.0f), sk_e439), sk_e436, sk_e440) >= mp)))) {
+        let sk_e375: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e375 + 3u)]), atomicLoad(&partials[(sk_e375 + 4u)]));
+        let sk_e378: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e376: f32 = select((0.0f), (1.0f), (sk_e378 == bitcast<f32>(2139095040u)));
+        let sk_e377: f32 = (sk_e378 - row_m);
+        let sk_e379: bool = (row_m == bitcast<f32>(4286578688u));
+        let sk_e380: bool = (row_m == bitcast<f32>(2139095040u));
+        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e377), (0.0f), sk_e379), sk_e376, sk_e380) > (0.0f)) && (select(select(sk_exp(sk_e377), (0.0f), sk_e379), sk_e376, sk_e380) >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e441: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e441 + 1u)] == 1u) && (rows[(sk_e441 + 6u)] == 1u))))) {
+    let sk_e381: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e381 + 1u)] == 1u) && (rows[(sk_e381 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -38,12 +38,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e442: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e442) && (sk_e442 != 4294967295u))) {
-                let sk_e443: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e443 ^ ((bitcast<u32>((bitcast<i32>(sk_e443) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e444: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                if (((sk_e444 > (0.0f)) && (sk_e444 >= mp))) {
+            let sk_e382: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e382) && (sk_e382 != 4294967295u))) {
+                let sk_e383: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e383 ^ ((bitcast<u32>((bitcast<i32>(sk_e383) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e384: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                if (((sk_e384 > (0.0f)) && (sk_e384 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -54,14 +54,14 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e448: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e447: u32 = (sk_e448 + 7u);
-            let sk_e449: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e450: bool = (row_m == bitcast<f32>(2139095040u));
-            if (((atomicLoad(&partials[(sk_e448 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e449), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e450) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e449), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e447]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e447])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e450) >= mp)))) {
-                let sk_e452: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e451: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e452 + 5u)]));
-                if (((sk_e451 > best) || ((sk_e451 == best) && (atomicLoad(&partials[(sk_e452 + 6u)]) < best_i)))) {
+            let sk_e388: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e387: u32 = (sk_e388 + 7u);
+            let sk_e389: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e390: bool = (row_m == bitcast<f32>(2139095040u));
+            if (((atomicLoad(&partials[(sk_e388 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e387]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e387])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e389), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e387]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e387])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e390) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e387]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e387])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e389), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e387]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e387])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e390) >= mp)))) {
+                let sk_e392: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e391: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e392 + 5u)]));
+                if (((sk_e391 > best) || ((sk_e391 == best) && (atomicLoad(&partials[(sk_e392 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower_and
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -70,12 +70,12 @@ fn sk_merge_3(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e455: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e453: u32 = (sk_e455 + 7u);
-            let sk_e454: u32 = (sk_e455 + 0u);
-            let sk_e456: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e457: bool = (row_m == bitcast<f32>(2139095040u));
-            if ((((atomicLoad(&partials[(sk_e455 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e454])) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e454])) == bitcast<f32>(2139095040u))), sk_e457) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e454])) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e454])) == bitcast<f32>(2139095040u))), sk_e457) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e457) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e456), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e453]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e453])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e457) >= mp))))) {
+            let sk_e395: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e393: u32 = (sk_e395 + 7u);
+            let sk_e394: u32 = (sk_e395 + 0u);
+            let sk_e396: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e397: bool = (row_m == bitcast<f32>(2139095040u));
+            if ((((atomicLoad(&partials[(sk_e395 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e394])) - row_m)), (0.0f), sk_e396), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e394])) == bitcast<f32>(2139095040u))), sk_e397) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e394])) - row_m)), (0.0f), sk_e396), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e394])) == bitcast<f32>(2139095040u))), sk_e397) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e393]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e393])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e396), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e393]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e393])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e397) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e393]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e393])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e396), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e393]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e393])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e397) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);

@@ -33,8 +33,8 @@ fn sk_merge_cut_3(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
                 if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                     r_short = 1u;
                 }
-                let sk_e257: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e257 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e257 + 0u)]))));
+                let sk_e197: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e197 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e197 + 0u)]))));
                 r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                 r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                 r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));

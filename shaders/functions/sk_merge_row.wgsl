@@ -8,8 +8,8 @@ fn sk_merge_row(rz: f32, row_m: f32, noisy: bool, row: u32, r: u32, sk_io_best64
     var s64: f64 = f64((rz - row_m));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e618: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e618 + 8u)], rows[(sk_e618 + 9u)], rows[(sk_e618 + 10u)], r)));
+        let sk_e558: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e558 + 8u)], rows[(sk_e558 + 9u)], rows[(sk_e558 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower_and

@@ -9,8 +9,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     // built by kernels::filter_top_k::merge_row
     var want: u32 = (kc + 1u);
     var n_items: u32 = (parts * want);
-    let sk_e496: u32 = select(bitcast<u32>(row_m), 0u, (bitcast<u32>(row_m) == 2147483648u));
-    var t_top: u32 = (sk_e496 ^ (bitcast<u32>((bitcast<i32>(sk_e496) >> 31u)) | 2147483648u));
+    let sk_e436: u32 = select(bitcast<u32>(row_m), 0u, (bitcast<u32>(row_m) == 2147483648u));
+    var t_top: u32 = (sk_e436 ^ (bitcast<u32>((bitcast<i32>(sk_e436) >> 31u)) | 2147483648u));
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
         atomicStore(&select_scratch[i], 0u);
@@ -99,8 +99,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
             }
             if (g_take) {
                 listed_cols[(0u + g_out)] = gk;
-                let sk_e499: u32 = (gj / want);
-                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e499) * 1317u) + (6u + ((gj - (sk_e499 * want)) * 2u)))]);
+                let sk_e439: u32 = (gj / want);
+                listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e439) * 1317u) + (6u + ((gj - (sk_e439 * want)) * 2u)))]);
                 g_out = (g_out + 1u);
             }
         }
@@ -108,8 +108,8 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_sel: u32 = (t_above + t_take);
     workgroupBarrier();
     for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-        let sk_e500: u32 = listed_cols[(0u + i)];
-        var zi: f32 = bitcast<f32>((sk_e500 ^ ((bitcast<u32>((bitcast<i32>(sk_e500) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e440: u32 = listed_cols[(0u + i)];
+        var zi: f32 = bitcast<f32>((sk_e440 ^ ((bitcast<u32>((bitcast<i32>(sk_e440) >> 31u)) ^ 4294967295u) | 2147483648u)));
         listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
         listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
         listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -146,9 +146,9 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
     var n_lo: u32 = 0u;
     var n_unsure: u32 = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e502: u32 = listed_cols[(1285u + r)];
-        let sk_e501: f32 = bitcast<f32>((sk_e502 ^ ((bitcast<u32>((bitcast<i32>(sk_e502) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select(select(sk_exp((sk_e501 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e501 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+        let sk_e442: u32 = listed_cols[(1285u + r)];
+        let sk_e441: f32 = bitcast<f32>((sk_e442 ^ ((bitcast<u32>((bitcast<i32>(sk_e442) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select(select(sk_exp((sk_e441 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e441 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         var bf: f32 = sk_fixed_f32(br);
@@ -222,16 +222,16 @@ fn sk_merge_row_5(sk_lid: u32, kc: u32, parts: u32, row_m: f32, slot: u32, kk: u
         var best64: f64 = bitcast<f64>(18442240474082181120lu);
         var best64_i: u32 = 4294967295u;
         var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-        let sk_e616: u32 = (row * 12u);
-        var ow_ranked: bool = ((rows[(sk_e616 + 1u)] == 1u) && (rows[(sk_e616 + 6u)] == 1u));
+        let sk_e556: u32 = (row * 12u);
+        var ow_ranked: bool = ((rows[(sk_e556 + 1u)] == 1u) && (rows[(sk_e556 + 6u)] == 1u));
         var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
         var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
         var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
         var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
         for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
             var rc: u32 = listed_cols[(1542u + r)];
-            let sk_e617: u32 = listed_cols[(1285u + r)];
-            var rz: f32 = bitcast<f32>((sk_e617 ^ ((bitcast<u32>((bitcast<i32>(sk_e617) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e557: u32 = listed_cols[(1285u + r)];
+            var rz: f32 = bitcast<f32>((sk_e557 ^ ((bitcast<u32>((bitcast<i32>(sk_e557) >> 31u)) ^ 4294967295u) | 2147483648u)));
             if (ow_ranked) {
                 sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
             } else {

@@ -75,13 +75,13 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, r
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e860: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e860 ^ ((bitcast<u32>((bitcast<i32>(sk_e860) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e800: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e800 ^ ((bitcast<u32>((bitcast<i32>(sk_e800) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e861: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e861 + 8u)], rows[(sk_e861 + 9u)], rows[(sk_e861 + 10u)], r)));
+                let sk_e801: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e801 + 8u)], rows[(sk_e801 + 9u)], rows[(sk_e801 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower_and

@@ -35,8 +35,8 @@ fn sk_race_long_3(sk_lid: u32, rank_n: u32, tie_start: u32, col_hi: u32, col_lo:
                 var s64: f64 = rl_lp;
                 if (noisy) {
                     // built by kernels::seeded::score64
-                    let sk_e943: u32 = (row * 12u);
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e943 + 8u)], rows[(sk_e943 + 9u)], rows[(sk_e943 + 10u)], rl_r)));
+                    let sk_e883: u32 = (row * 12u);
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e883 + 8u)], rows[(sk_e883 + 9u)], rows[(sk_e883 + 10u)], rl_r)));
                 }
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && (rl_r < bestrl64_i)))) {
                     // built by kernels::filter_top_k::keep_lower_and
@@ -116,8 +116,8 @@ fn sk_race_long_3(sk_lid: u32, rank_n: u32, tie_start: u32, col_hi: u32, col_lo:
                 var s64: f64 = f64(rl_v);
                 if (noisy) {
                     // built by kernels::seeded::score64
-                    let sk_e971: u32 = (row * 12u);
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e971 + 8u)], rows[(sk_e971 + 9u)], rows[(sk_e971 + 10u)], (rl_r0 + rl_i))));
+                    let sk_e911: u32 = (row * 12u);
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e911 + 8u)], rows[(sk_e911 + 9u)], rows[(sk_e911 + 10u)], (rl_r0 + rl_i))));
                 }
                 if (((s64 > bestrl64) || ((s64 == bestrl64) && ((rl_r0 + rl_i) < bestrl64_i)))) {
                     // built by kernels::filter_top_k::keep_lower_and

@@ -8,8 +8,8 @@ fn sk_race_one(rt_ov: f32, noisy: bool, row: u32, col_lo: u32, li0: u32, sk_io_b
     var s64: f64 = f64(rt_ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e246: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e246 + 8u)], rows[(sk_e246 + 9u)], rows[(sk_e246 + 10u)], (col_lo + li0))));
+        let sk_e186: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e186 + 8u)], rows[(sk_e186 + 9u)], rows[(sk_e186 + 10u)], (col_lo + li0))));
     }
     if (((s64 > bestr64) || ((s64 == bestr64) && ((col_lo + li0) < bestr64_i)))) {
         // built by kernels::filter_top_k::keep_lower_and

@@ -8,8 +8,8 @@ fn sk_race_one_6(rt_ov: f32, noisy: bool, row: u32, rt_col: u32, sk_io_bestr64: 
     var s64: f64 = f64(rt_ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e216: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e216 + 8u)], rows[(sk_e216 + 9u)], rows[(sk_e216 + 10u)], rt_col)));
+        let sk_e156: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e156 + 8u)], rows[(sk_e156 + 9u)], rows[(sk_e156 + 10u)], rt_col)));
     }
     if (((s64 > bestr64) || ((s64 == bestr64) && (rt_col < bestr64_i)))) {
         // built by kernels::filter_top_k::keep_lower_and

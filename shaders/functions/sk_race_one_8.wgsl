@@ -6,8 +6,8 @@ fn sk_race_one_8(rt_col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, p
     var bestr_i: u32 = *sk_io_bestr_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e217: u32 = (rt_col & 3u);
-    var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e217 == 1u)), w4[2], (sk_e217 == 2u)), w4[3], (sk_e217 == 3u))));
+    let sk_e157: u32 = (rt_col & 3u);
+    var score: f32 = (rt_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e157 == 1u)), w4[2], (sk_e157 == 2u)), w4[3], (sk_e157 == 3u))));
     if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
         // built by kernels::filter_top_k::keep_lower_and
         bestr = score;

@@ -8,8 +8,8 @@ fn sk_race_sweep_3(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<f
     var s64: f64 = f64(ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e1050: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e1050 + 8u)], rows[(sk_e1050 + 9u)], rows[(sk_e1050 + 10u)], col)));
+        let sk_e990: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e990 + 8u)], rows[(sk_e990 + 9u)], rows[(sk_e990 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best

@@ -8,8 +8,8 @@ fn sk_read_step_54(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rl_won: 
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    let sk_e1022: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-    var key: u32 = (sk_e1022 ^ (bitcast<u32>((bitcast<i32>(sk_e1022) >> 31u)) | 2147483648u));
+    let sk_e962: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+    var key: u32 = (sk_e962 ^ (bitcast<u32>((bitcast<i32>(sk_e962) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;

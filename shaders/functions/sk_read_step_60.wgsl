@@ -6,13 +6,13 @@ fn sk_read_step_60(zx0: f32, temp: f32, row_m: f32, mp: f32, col_lo: u32, li0: u
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_values::read_step
     var rr_v: f32 = (zx0 / temp);
-    let sk_e485: f32 = select(select(sk_exp((rr_v - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rr_v == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-    if (((sk_e485 > (0.0f)) && (sk_e485 >= mp))) {
+    let sk_e425: f32 = select(select(sk_exp((rr_v - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rr_v == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+    if (((sk_e425 > (0.0f)) && (sk_e425 >= mp))) {
         // built by kernels::filter_min_p::rerace
         var rr_col: u32 = (col_lo + li0);
         var w4: vec4<u32> = sk_philox(vec4<u32>(((rr_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e486: u32 = (rr_col & 3u);
-        var score: f32 = (rr_v + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e486 == 1u)), w4[2], (sk_e486 == 2u)), w4[3], (sk_e486 == 3u))));
+        let sk_e426: u32 = (rr_col & 3u);
+        var score: f32 = (rr_v + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e426 == 1u)), w4[2], (sk_e426 == 2u)), w4[3], (sk_e426 == 3u))));
         if (((score > best) || ((score == best) && (rr_col < best_i)))) {
             // built by kernels::filter_top_k::keep_lower_and
             best = score;

@@ -8,8 +8,8 @@ fn sk_read_step_64(zx0: f32, temp: f32, cut_grid_scale: f32, cut_range_from: f32
     var bestr_i: u32 = *sk_io_bestr_i;
     // built by kernels::filter_values::read_step
     var rt_z: f32 = (zx0 / temp);
-    let sk_e245: f32 = (rt_z * cut_grid_scale);
-    if (((sk_e245 >= cut_range_from) && (!(sk_e245 >= cut_above_from)))) {
+    let sk_e185: f32 = (rt_z * cut_grid_scale);
+    if (((sk_e185 >= cut_range_from) && (!(sk_e185 >= cut_above_from)))) {
         // built by kernels::filter_top_p::race_tied_range
         var rt_ov: f32 = (rt_z - part_mx);
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {

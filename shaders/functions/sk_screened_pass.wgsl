@@ -52,9 +52,17 @@ fn sk_screened_pass(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, 
         var x3: f32 = bitcast<f32>(4286578688u);
         var x_at: u32 = (base + c0);
         if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-            sk_load_quad_as_4(x_at, base, row, &x0, &x1, &x2, &x3);
+            sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
         } else {
-            sk_load_quad_as_3(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
+            sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+        }
+        if (((params.flags & 16384u) != 0u)) {
+            // built by kernels::abi::load_logit_quad
+            var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+            x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+            x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+            x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+            x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
         }
         qmax = max(qmax, (x0 * rcp_t));
         if (((params.flags & 1u) != 0u)) {
@@ -105,9 +113,17 @@ fn sk_screened_pass(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, 
         var x3: f32 = bitcast<f32>(4286578688u);
         var x_at: u32 = (base + c0);
         if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-            sk_load_quad_as_4(x_at, base, row, &x0, &x1, &x2, &x3);
+            sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
         } else {
-            sk_load_quad_as_3(c0, col_hi, base, row, &x0, &x1, &x2, &x3);
+            sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
+        }
+        if (((params.flags & 16384u) != 0u)) {
+            // built by kernels::abi::load_logit_quad
+            var x_allowed: u32 = (allowed[((row * ((params.vocab + 31u) >> 5u)) + (c0 >> 5u))] >> (c0 & 31u));
+            x0 = select(bitcast<f32>(4286578688u), x0, ((x_allowed & 1u) != 0u));
+            x1 = select(bitcast<f32>(4286578688u), x1, ((x_allowed & 2u) != 0u));
+            x2 = select(bitcast<f32>(4286578688u), x2, ((x_allowed & 4u) != 0u));
+            x3 = select(bitcast<f32>(4286578688u), x3, ((x_allowed & 8u) != 0u));
         }
         qmax = max(qmax, (x0 * rcp_t));
         if (((params.flags & 1u) != 0u)) {
@@ -144,13 +160,13 @@ fn sk_screened_pass(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, 
     var screen_floor: f32 = (0.0f);
     screen_floor = sk_block_max_f32(sk_lid, lo_best);
     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-        let sk_e70: u32 = (base + up1_i);
-        let sk_e68: u32 = (sk_e70 - base);
-        let sk_e69: f32 = sk_load_x(sk_e70);
-        var sv: f32 = (select(bitcast<f32>(4286578688u), select(sk_e69, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e68 >> 5u))] >> (sk_e68 & 31u)) & 1u) != 0u))) / temp);
-        let sk_e71: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-        let sk_e72: u32 = (up1_i & 3u);
-        best = (sv + sk_gumbel(select(select(select(sk_e71[3], sk_e71[2], (sk_e72 == 2u)), sk_e71[1], (sk_e72 == 1u)), sk_e71[0], (sk_e72 == 0u))));
+        let sk_e38: u32 = (base + up1_i);
+        let sk_e36: u32 = (sk_e38 - base);
+        let sk_e37: f32 = sk_load_x(sk_e38);
+        var sv: f32 = (select(bitcast<f32>(4286578688u), select(sk_e37, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e36 >> 5u))] >> (sk_e36 & 31u)) & 1u) != 0u))) / temp);
+        let sk_e39: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+        let sk_e40: u32 = (up1_i & 3u);
+        best = (sv + sk_gumbel(select(select(select(sk_e39[3], sk_e39[2], (sk_e40 == 2u)), sk_e39[1], (sk_e40 == 1u)), sk_e39[0], (sk_e40 == 0u))));
         best_i = up1_i;
         best_z = sv;
     }

@@ -6,8 +6,8 @@ fn sk_seeded_logits_row_2(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2
     var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
     var screen_floor: f32 = (0.0f);
     screen_floor = sk_block_max_f32(sk_lid, lo_best);
-    let sk_e74: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-    var screened: bool = (sk_e74 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e74)) - (41.0f))));
+    let sk_e43: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+    var screened: bool = (sk_e43 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e43)) - (41.0f))));
     var best: f64 = bitcast<f64>(18442240474082181120lu);
     var best_i: u32 = 4294967295u;
     var mine: bool = ((!screened) || (up2 >= screen_floor));
@@ -34,17 +34,17 @@ fn sk_seeded_logits_row_2(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2
     } else {
         // built by kernels::seeded::seeded_logits_finish
         if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-            let sk_e114: u32 = (base + up1_i);
-            let sk_e112: u32 = (sk_e114 - base);
-            let sk_e113: f32 = sk_load_x(sk_e114);
-            let sk_e111: f32 = (select(bitcast<f32>(4286578688u), select(sk_e113, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e112 >> 5u))] >> (sk_e112 & 31u)) & 1u) != 0u))) / temp);
-            var p: f32 = (select(select(sk_exp((sk_e111 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e111 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+            let sk_e83: u32 = (base + up1_i);
+            let sk_e81: u32 = (sk_e83 - base);
+            let sk_e82: f32 = sk_load_x(sk_e83);
+            let sk_e80: f32 = (select(bitcast<f32>(4286578688u), select(sk_e82, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e82) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e81 >> 5u))] >> (sk_e81 & 31u)) & 1u) != 0u))) / temp);
+            var p: f32 = (select(select(sk_exp((sk_e80 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e80 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
             var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
             var s64: f64 = lp;
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e115: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e115 + 8u)], rows[(sk_e115 + 9u)], rows[(sk_e115 + 10u)], up1_i)));
+                let sk_e84: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], up1_i)));
             }
             best = s64;
             best_i = up1_i;
@@ -69,11 +69,11 @@ fn sk_seeded_logits_row_2(sk_lid: u32, row_s: f32, lo_best: f32, row_m: f32, up2
     }
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results
-        let sk_e119: u32 = (base + tok);
-        let sk_e117: u32 = (sk_e119 - base);
-        let sk_e118: f32 = sk_load_x(sk_e119);
-        let sk_e116: f32 = (select(bitcast<f32>(4286578688u), select(sk_e118, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e118) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e117 >> 5u))] >> (sk_e117 & 31u)) & 1u) != 0u))) / temp);
-        var p: f32 = (select(select(sk_exp((sk_e116 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e116 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+        let sk_e88: u32 = (base + tok);
+        let sk_e86: u32 = (sk_e88 - base);
+        let sk_e87: f32 = sk_load_x(sk_e88);
+        let sk_e85: f32 = (select(bitcast<f32>(4286578688u), select(sk_e87, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e86 >> 5u))] >> (sk_e86 & 31u)) & 1u) != 0u))) / temp);
+        var p: f32 = (select(select(sk_exp((sk_e85 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e85 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
         if ((sk_lid == 0u)) {
             logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);

@@ -17,8 +17,8 @@ fn sk_select_in_range_3(sk_lid: u32, digit_pass: u32, parts: u32, row_slot: u32,
         var ri_p: u32 = (i / 640u);
         var ri_key: u32 = 0u;
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-            let sk_e389: u32 = (i / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e389) * 1317u) + (5u + ((i - (sk_e389 * 640u)) * 2u)))]);
+            let sk_e329: u32 = (i / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e329) * 1317u) + (5u + ((i - (sk_e329 * 640u)) * 2u)))]);
         }
         var dk: u32 = ri_key;
         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {

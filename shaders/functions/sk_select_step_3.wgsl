@@ -12,8 +12,8 @@ fn sk_select_step_3(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     // built by kernels::filters::select_step
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e375: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e375)) + 1lu), tn64, sk_e375)));
+    let sk_e315: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e315)) + 1lu), tn64, sk_e315)));
     lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
     sel_key = 0u;
     sel_mask = 0u;

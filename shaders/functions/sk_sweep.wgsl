@@ -75,8 +75,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e804: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e804)) + 1lu), tn64, sk_e804)));
+        let sk_e744: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e744)) + 1lu), tn64, sk_e744)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -135,8 +135,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     }
     var rank_done: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e832: u32 = (row * 12u);
-    if ((((rows[(sk_e832 + 1u)] == 1u) && (rows[(sk_e832 + 6u)] == 1u)) && filtered)) {
+    let sk_e772: u32 = (row * 12u);
+    if ((((rows[(sk_e772 + 1u)] == 1u) && (rows[(sk_e772 + 6u)] == 1u)) && filtered)) {
         sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, row, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -222,8 +222,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li0);
                         var zv: f32 = (zx0 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e1080: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e1080 ^ (bitcast<u32>((bitcast<i32>(sk_e1080) >> 31u)) | 2147483648u));
+                        let sk_e1020: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e1020 ^ (bitcast<u32>((bitcast<i32>(sk_e1020) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -233,8 +233,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e1081: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e1081), sk_e1081, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e1021: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e1021), sk_e1021, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -247,8 +247,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li1);
                         var zv: f32 = (zx1 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e1082: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e1082 ^ (bitcast<u32>((bitcast<i32>(sk_e1082) >> 31u)) | 2147483648u));
+                        let sk_e1022: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e1022 ^ (bitcast<u32>((bitcast<i32>(sk_e1022) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -258,8 +258,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e1083: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e1083), sk_e1083, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e1023: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e1023), sk_e1023, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -272,8 +272,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li2);
                         var zv: f32 = (zx2 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e1084: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e1084 ^ (bitcast<u32>((bitcast<i32>(sk_e1084) >> 31u)) | 2147483648u));
+                        let sk_e1024: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e1024 ^ (bitcast<u32>((bitcast<i32>(sk_e1024) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -283,8 +283,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e1085: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e1085), sk_e1085, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e1025: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e1025), sk_e1025, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -297,8 +297,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var col: u32 = (col_lo + li3);
                         var zv: f32 = (zx3 / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        let sk_e1086: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
-                        var key: u32 = (sk_e1086 ^ (bitcast<u32>((bitcast<i32>(sk_e1086) >> 31u)) | 2147483648u));
+                        let sk_e1026: u32 = select(bitcast<u32>(ov), 0u, (bitcast<u32>(ov) == 2147483648u));
+                        var key: u32 = (sk_e1026 ^ (bitcast<u32>((bitcast<i32>(sk_e1026) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -308,8 +308,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e1087: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e1087), sk_e1087, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e1027: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e1027), sk_e1027, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -343,10 +343,10 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::abi::write_results
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e1090: u32 = (base + tok_at);
-            let sk_e1088: u32 = (sk_e1090 - base);
-            let sk_e1089: f32 = sk_load_x(sk_e1090);
-            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(bitcast<f32>(4286578688u), select(sk_e1089, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1089) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e1088 >> 5u))] >> (sk_e1088 & 31u)) & 1u) != 0u))) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+            let sk_e1030: u32 = (base + tok_at);
+            let sk_e1028: u32 = (sk_e1030 - base);
+            let sk_e1029: f32 = sk_load_x(sk_e1030);
+            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(bitcast<f32>(4286578688u), select(sk_e1029, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e1029) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e1028 >> 5u))] >> (sk_e1028 & 31u)) & 1u) != 0u))) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -3,10 +3,10 @@
 // `sk_write_results`, put before each kernel that calls it
 fn sk_write_results(sk_lid: u32, base: u32, ow_at: u32, row: u32, temp: f32, ow_valid: bool, cut_mx: f32, cut_mass: f32) {
     // built by kernels::abi::write_results
-    let sk_e434: u32 = (base + ow_at);
-    let sk_e432: u32 = (sk_e434 - base);
-    let sk_e433: f32 = sk_load_x(sk_e434);
-    var ow_v_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e433, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e433) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e432 >> 5u))] >> (sk_e432 & 31u)) & 1u) != 0u)));
+    let sk_e374: u32 = (base + ow_at);
+    let sk_e372: u32 = (sk_e374 - base);
+    let sk_e373: f32 = sk_load_x(sk_e374);
+    var ow_v_x: f32 = select(bitcast<f32>(4286578688u), select(sk_e373, select(bitcast<f32>(4286578688u), (-100000.0f), ((params.flags & 32768u) != 0u)), ((bitcast<u32>(sk_e373) & 2147483647u) > 2139095040u)), ((!((params.flags & 16384u) != 0u)) || (((allowed[((row * ((params.vocab + 31u) >> 5u)) + (sk_e372 >> 5u))] >> (sk_e372 & 31u)) & 1u) != 0u)));
     var ow_v: f32 = (ow_v_x / temp);
     if ((sk_lid == 0u)) {
         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(cut_mass)), ow_valid);

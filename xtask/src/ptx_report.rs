@@ -9,9 +9,10 @@ use crate::tuning::{self, Target};
 use crate::{cuda_tools, kernels, ptx_isa};
 use std::process::Command;
 
-/// Spills that are known and left (`docs/registers.md`): `seeded_logits` on sm_90 stores the
+/// Spills that are known and left (`docs/registers.md`): `seeded_logits` on sm_90 stored the
 /// batch size once before its loops (12 bytes stored, 16 loaded, at 40 registers, three blocks of
-/// 512 an SM); without the spill it fits two. The one-read path's parts, since they race a flat
+/// 512 an SM); since its reads apply the bitmask ptxas gives it 50 registers, two blocks, and no
+/// spill, left allowed until a GPU run says which to bound. The one-read path's parts, since they race a flat
 /// min-p row on chip (`filter_min_p.rs`), store row words (its slot, temperature, filters)
 /// before their reads and load them again between their loops, at the 48 registers that five
 /// blocks an H200 multiprocessor allow (ptxas takes 80 unbound; 64 spill too). The one-read

@@ -350,28 +350,20 @@ fn flag_set(bit: u32) -> Expr {
     (param("flags") & u(bit)).ne_(u(0))
 }
 
-/// Whether the call's bitmask allows the element at index `at` of the input, column `at - base`
-/// of row `row` (every column without [`FLAG_ALLOWED`]: the word is then never loaded).
-fn allowed_at(at: Expr) -> Expr {
-    let col = at - var("base");
+/// The bitmask word of column `col` of row `row`.
+fn allowed_word(col: Expr) -> Expr {
     let words = (param("vocab") + u(31)) >> u(5);
-    let word = load("allowed", var("row") * words + (col.clone() >> u(5)));
-    flag_set(FLAG_ALLOWED).not().or(((word >> (col & u(31))) & u(1)).ne_(u(0)))
+    load("allowed", var("row") * words + (col >> u(5)))
 }
 
 /// The logit at index `at` of the input as every sampling read takes it: -inf where the call's
-/// bitmask disallows the column, NaN as -inf (or -1e5, [`FLAG_NAN_AS_FINITE`]), so NaN is never
-/// chosen unless SGLang's mode makes it a value.
+/// bitmask clears column `at - base` of row `row`, NaN as -inf (or -1e5,
+/// [`FLAG_NAN_AS_FINITE`]), so NaN is never chosen unless SGLang's mode makes it a value.
+/// Without [`FLAG_ALLOWED`] the word is never loaded.
 pub(super) fn logit_at(at: Expr) -> Expr {
-    select(allowed_at(at.clone()), clean(load("x", at)), f(f32::NEG_INFINITY))
-}
-
-/// [`logit_at`], but a NaN the call leaves NaN stays NaN (for reads whose every test is a
-/// comparison that NaN fails, as -inf fails it).
-pub(super) fn raw_logit_at(at: Expr) -> Expr {
-    let x = load("x", at.clone());
-    let x = select(flag_set(FLAG_NAN_AS_FINITE).and(is_nan(x.clone())), f(NAN_AS), x);
-    select(allowed_at(at), x, f(f32::NEG_INFINITY))
+    let col = at.clone() - var("base");
+    let allowed = flag_set(FLAG_ALLOWED).not().or(((allowed_word(col.clone()) >> (col & u(31))) & u(1)).ne_(u(0)));
+    select(allowed, clean(load("x", at)), f(f32::NEG_INFINITY))
 }
 
 /// The logit at `col` ([`logit_at`]).
@@ -379,10 +371,33 @@ pub(super) fn load_clean(col: Expr) -> Expr {
     logit_at(var("base") + col)
 }
 
-/// Declares `x0` .. `x3`, the logits of the quad's four columns from `c0` ([`logit_at`]; a
-/// column past the part as -inf): [`load_quad_as`] of the input.
+/// Declares `{prefix}0` .. `{prefix}3`, the logits of the quad's four columns from `c0` (a
+/// column past the part as -inf) as [`logit_at`] takes them, with one bitmask word a quad:
+/// `c0` is a multiple of 4, so its columns share a word. The word is loaded after the quad's
+/// four elements, so those are in flight together as without a bitmask. With `raw`, a NaN the
+/// call leaves NaN stays NaN, for reads whose every test is a comparison that NaN fails as -inf
+/// fails it.
+pub(super) fn load_logit_quad(b: &mut Block, c0: Expr, prefix: &str, raw: bool) {
+    let value = |at: Expr, _| {
+        let x = load("x", at);
+        match raw {
+            true => select(flag_set(FLAG_NAN_AS_FINITE).and(is_nan(x.clone())), f(NAN_AS), x),
+            false => clean(x),
+        }
+    };
+    load_quad_as(b, c0.clone(), prefix, Ty::F32, f(f32::NEG_INFINITY), value);
+    b.if_(flag_set(FLAG_ALLOWED), |b| {
+        let bits = b.let_(&format!("{prefix}_allowed"), Ty::U32, allowed_word(c0.clone()) >> (c0 & u(31)));
+        for j in 0..4u32 {
+            let name = format!("{prefix}{j}");
+            b.set(&name, select((bits.clone() & u(1 << j)).ne_(u(0)), var(&name), f(f32::NEG_INFINITY)));
+        }
+    });
+}
+
+/// Declares `x0` .. `x3`, the logits of the quad's four columns from `c0` ([`load_logit_quad`]).
 pub(super) fn load_quad(b: &mut Block, c0: Expr) {
-    load_quad_as(b, c0, "x", Ty::F32, f(f32::NEG_INFINITY), logit_at);
+    load_logit_quad(b, c0, "x", false);
 }
 
 /// Declares `{prefix}0` .. `{prefix}3`, `value` of the input's element at each of the quad's
@@ -390,7 +405,15 @@ pub(super) fn load_quad(b: &mut Block, c0: Expr) {
 /// that they are in flight at once: one round trip a quad, not four. A quad inside the part
 /// (every one but a part's last) loads from one address at offsets 0 to 3 (see the CUDA
 /// emitter's `index`); the others clamp each column to the part's last, which they read again.
-pub(super) fn load_quad_as(b: &mut Block, c0: Expr, prefix: &str, ty: Ty, fill: Expr, value: impl Fn(Expr) -> Expr) {
+/// `value` takes the element's index in the input and its place in the quad.
+pub(super) fn load_quad_as(
+    b: &mut Block,
+    c0: Expr,
+    prefix: &str,
+    ty: Ty,
+    fill: Expr,
+    value: impl Fn(Expr, u32) -> Expr,
+) {
     let names: Vec<String> = (0..4).map(|j| format!("{prefix}{j}")).collect();
     for name in &names {
         b.let_(name, ty, fill.clone());
@@ -401,14 +424,14 @@ pub(super) fn load_quad_as(b: &mut Block, c0: Expr, prefix: &str, ty: Ty, fill: 
         c0.clone().lt(var("col_hi")).and((var("col_hi") - c0.clone()).ge(u(4))),
         |b| {
             for (j, name) in names.iter().enumerate() {
-                b.set(name, value(at.clone() + u(j as u32)));
+                b.set(name, value(at.clone() + u(j as u32), j as u32));
             }
         },
         |b| {
             for (j, name) in names.iter().enumerate() {
                 let col = c0.clone() + u(j as u32);
                 let inside = col.clone().lt(var("col_hi"));
-                let x = value(var("base") + select(inside.clone(), col, var("col_hi") - u(1)));
+                let x = value(var("base") + select(inside.clone(), col, var("col_hi") - u(1)), j as u32);
                 b.set(name, select(inside, x, fill.clone()));
             }
         },

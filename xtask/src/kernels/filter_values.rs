@@ -3,7 +3,7 @@
 //! the filter kernels order and weigh it (`filters.rs`, `element` and `weigh`), so the path's
 //! sets are theirs whichever the input.
 
-use super::abi::{load_quad_as, logit_at, raw_logit_at};
+use super::abi::{load_logit_quad, load_quad_as, logit_at};
 use super::filters::Input;
 use super::math;
 use super::philox;
@@ -144,11 +144,11 @@ pub(super) fn for_each_quad(
 ) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let step = |b: &mut Block, i0: Expr, first: bool| {
-        let element = |at: Expr| match input {
-            Input::Logits(_) => raw_logit_at(at),
-            Input::Probs => load("x", at),
-        };
-        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, weightless(input), element);
+        let c0 = var("col_lo") + i0.clone();
+        match input {
+            Input::Logits(_) => load_logit_quad(b, c0, "zx", true),
+            Input::Probs => load_quad_as(b, c0, "zx", Ty::F32, weightless(input), |at, _| load("x", at)),
+        }
         for j in 0..4u8 {
             let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + u(j as u32));
             b.scope(|b| body(b, i, j, var(&format!("zx{j}"))));

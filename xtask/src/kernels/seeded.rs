@@ -154,7 +154,7 @@ fn float64_race(b: &mut Block, lp: Lp, candidate: impl Fn(&mut Block, Expr, Expr
 /// Declares `lq0` .. `lq3`, [`load_lp64`] of the quad's four columns from `c0`, loaded together
 /// ([`load_quad_as`]).
 fn lp_quad(b: &mut Block, lp: Lp, c0: Expr) {
-    load_quad_as(b, c0, "lq", Ty::F64, f64_(f64::NEG_INFINITY), |at| lp64_at(lp, at));
+    load_quad_as(b, c0, "lq", Ty::F64, f64_(f64::NEG_INFINITY), |at, _| lp64_at(lp, at));
 }
 
 /// Column `j`'s value of [`lp_quad`].
