@@ -313,6 +313,43 @@ fn wgpu_default_limits_device_says_which_limit_to_raise() {
     });
 }
 
+/// A device with every feature and the adapter's limits but WebGPU's default 8 storage buffers a
+/// stage: the seeded kernel from logits (9) is refused by name, not a validation error, and
+/// filtered rows take the portable kernel (8), with the CPU's tokens.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_eight_storage_buffers_device_says_which_limit_to_raise() {
+    use sampling_kernels::WgpuBackend;
+    let made = crate::common::engine_wgpu(|adapter| {
+        let mut d = WgpuBackend::device_descriptor(adapter);
+        d.required_limits.max_storage_buffers_per_shader_stage = 8;
+        d
+    });
+    crate::common::on(
+        "wgpu",
+        "eight_storage_buffers_device_says_which_limit_to_raise",
+        made.as_ref().map(|m| &m.0),
+        |b| {
+            let shape = Shape::dense(3, 5000);
+            let mut rng = Rng::new(42);
+            let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+            let rows =
+                [RowParams::new(0.8, 1, 2).with_top_p(0.9), RowParams::new(0.7, 5, 6), RowParams::seeded(0.8, 3, 4)];
+            let (want, _) =
+                call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
+            let x = b.upload(&logits).unwrap();
+            let mut t = b.zeros::<u32>(shape.batch).unwrap();
+            let mut sampler = Sampler::new(b, shape.batch).unwrap();
+            let err = sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap_err();
+            let named = matches!(err, Error::UnsupportedRow { row: 2, feature } if feature.contains("storage_buffers"));
+            assert!(named, "{err}");
+            let two = Shape::dense(2, 5000);
+            sampler.step(two, Logits::F32(&x), &rows[..2], Output::new(&mut t)).unwrap();
+            assert_eq!(b.download(&t).unwrap()[..2], want[..2]);
+        },
+    );
+}
+
 /// `warm_up` builds the pipeline of every kernel the device runs: where it has float64 and
 /// 64-bit integers, all of them but the three portable filter kernels (WGSL only, for devices
 /// without them); those that need neither on a featureless device (counted from the kernel

@@ -67,16 +67,25 @@ const PARAMS_STRIDE: usize = 256;
 const FILTERED_SEEDED: KernelId = KernelId::TopKMergeLogitsF32;
 
 /// The device feature `kernel` needs and `device` lacks, if any, or the limit to raise where it
-/// declares more workgroup memory than the device gives.
+/// declares more workgroup memory or storage buffers than the device gives.
 fn missing_feature(device: &wgpu::Device, kernel: &KernelSource) -> Option<&'static str> {
     let needs = [
         (kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
         (kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
     ];
     let feature = needs.into_iter().find(|&(needed, feature, _)| needed && !device.features().contains(feature));
-    let memory = kernel.workgroup_bytes > device.limits().max_compute_workgroup_storage_size;
-    feature.map(|n| n.2).or(memory.then_some(WORKGROUP_LIMIT))
+    let limits = device.limits();
+    let memory = kernel.workgroup_bytes > limits.max_compute_workgroup_storage_size;
+    let buffers = kernel.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize;
+    feature.map(|n| n.2).or(memory.then_some(WORKGROUP_LIMIT)).or(buffers.then_some(BUFFER_LIMIT))
 }
+
+/// What a kernel that binds more storage buffers than the device allows lacks: the limit to
+/// request. WebGPU's default is 8; the seeded kernel from logits, the one-read path's merge and
+/// the split filters bind 9, the portable filter kernels 8.
+const BUFFER_LIMIT: &str = "a max_storage_buffers_per_shader_stage of 9 (request the adapter's limits, \
+    as WgpuBackend::device_descriptor does)";
+const _: () = assert!(crate::generated::MAX_BUFFERS == 9, "BUFFER_LIMIT names the most buffers a kernel binds");
 
 /// What a kernel that declares more workgroup memory than the device gives lacks (the feature
 /// its `Error::Unsupported` names): the limit to request.
