@@ -29,14 +29,19 @@ fn every_wgsl_file_validates_with_naga() {
     common::report("naga", "ran", "every_wgsl_file_validates_with_naga", "naga 30");
 }
 
-/// Every kernel binds at most WebGPU's default number of storage buffers per stage, so a
-/// device that an engine made with default limits builds every pipeline.
+/// Every kernel binds at most one storage buffer past WebGPU's default per stage, and those a
+/// default-limits device needs for plain and filtered rows (`sample_*`, the portable filter
+/// kernels) fit the default: the three that bind the bitmask beside the most outputs (the seeded
+/// kernel from logits, the one-read merge, the split filters) are a typed error on such a device
+/// (`wgpu_eight_storage_buffers_device_says_which_limit_to_raise`).
 #[cfg(feature = "wgpu")]
 #[test]
 fn every_kernel_fits_the_default_storage_buffer_limit() {
     let most = sampling_kernels::wgpu::Limits::default().max_storage_buffers_per_shader_stage as usize;
     for k in kernels() {
-        assert!(k.bindings.len() <= most, "{}: {} storage buffers, over {most}", k.name, k.bindings.len());
+        let needed = k.name.starts_with("sample_") || k.name.starts_with("filter_portable");
+        let limit = if needed { most } else { most + 1 };
+        assert!(k.bindings.len() <= limit, "{}: {} storage buffers, over {limit}", k.name, k.bindings.len());
     }
 }
 
