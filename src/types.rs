@@ -546,9 +546,8 @@ impl StageRow {
             RepetitionScope::PromptAndOutput
         }
     }
-    /// The first penalty the row sets, by name (`None`: the row changes no logit by a penalty;
-    /// the device kernels do not apply penalties yet, so a row with one is the CPU's).
-    pub fn penalty(&self) -> Option<&'static str> {
+    /// The first penalty the row sets, by name.
+    pub(crate) fn penalty(&self) -> Option<&'static str> {
         [
             (self.repetition != 1.0, "repetition penalty"),
             (self.frequency != 0.0, "frequency penalty"),

@@ -101,12 +101,13 @@ fn sample(args: &SampleArgs) -> Result<()> {
     let job = Job { args, input, vocab, rows, asked, stage };
     let portable = args.filter_path == PathChoice::Portable;
     let wgpu = || WgpuBackend::new().map(|b| b.with_portable_filters(portable));
+    let sparse = job.stage.as_ref().map(stage::Stage::sparse).transpose()?.unwrap_or(false);
     match args.backend {
         // Only the CPU computes log-probabilities and the stage's penalties, bias and banned
         // tokens yet: `auto` takes it, and a named wgpu or cuda backend refuses them (the
         // library's `UnsupportedLogprobs` and `UnsupportedStage`). The devices read a bitmask
         // and NaN as -1e5 with the logits.
-        BackendChoice::Auto if job.asked.is_some() || job.stage.as_ref().is_some_and(stage::Stage::sparse) => {
+        BackendChoice::Auto if job.asked.is_some() || sparse => {
             eprintln!("log-probabilities, penalties, logit bias, banned tokens: only the CPU computes them yet; using the CPU");
             job.run(&CpuBackend)
         }

@@ -58,9 +58,9 @@ pub struct Flags<'a> {
 
 impl Stage {
     /// Whether it asks for more than the device kernels read with the logits (a bitmask, NaN as
-    /// -1e5): penalties, logit bias or banned tokens.
-    pub fn sparse(&self) -> bool {
-        self.bias.is_some() || self.banned.is_some() || self.rows.iter().any(|r| r.penalty().is_some())
+    /// -1e5): the library's `LogitsStage::sparse_feature`, over host copies of the lists.
+    pub fn sparse(&self) -> Result<bool> {
+        Ok(self.upload(&sampling_kernels::CpuBackend)?.stage().sparse_feature().is_some())
     }
 
     /// The stage of `batch` rows of `vocab` columns, reading the files the flags name.
